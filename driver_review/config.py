@@ -1,0 +1,173 @@
+"""The pipeline configuration: one pydantic model, loaded and validated once, passed down.
+
+The default pipeline ships as ``default_pipeline.yaml`` beside this module. A wrong file
+gives a :class:`~driver_review.errors.ConfigError` whose one-line message names the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from driver_review.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path(__file__).with_name("default_pipeline.yaml")
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    # A misspelt key is a mistake, not something to ignore silently.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CatalogConfig(_Strict):
+    url: str = "http://127.0.0.1:8080"
+    timeout_s: PositiveFloat = 10.0
+    connect_timeout_s: PositiveFloat = 3.0
+    max_attempts: PositiveInt = 6
+    backoff_base_s: PositiveFloat = 0.05
+    backoff_max_s: PositiveFloat = 10.0
+    page_size: Annotated[int, Field(gt=0, le=1000)] = 500
+    max_connections: PositiveInt = 64
+
+
+class GovernorConfig(_Strict):
+    initial_rate: PositiveFloat = 5.0
+    min_rate: PositiveFloat = 0.5
+    max_rate: PositiveFloat = 10_000.0
+    lease_size: Annotated[int, Field(gt=0, le=1000)] = 8
+
+
+class PoolConfig(_Strict):
+    min_workers: Annotated[int, Field(ge=0)] = 1
+    max_workers: PositiveInt = 4
+    max_in_flight: PositiveInt = 32
+    idle_shrink_s: PositiveFloat = 30.0
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min_workers > self.max_workers:
+            raise ValueError("min_workers must be <= max_workers")
+        return self
+
+
+class StageConfig(_Strict):
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+    checks: Annotated[list[str], Field(min_length=1)]
+    pool: PoolConfig = PoolConfig()
+
+
+class CheckSpec(_Strict):
+    """How a check is implemented.
+
+    ``builtin``: one of the shipped checks, by name. ``python``: a callable named
+    ``module:attr`` (see :mod:`driver_review.checks`). ``http``: a POST of
+    ``{driver_id, version}`` to ``url`` answering ``{passed, reason}``.
+    """
+
+    kind: Literal["builtin", "python", "http"] = "builtin"
+    target: str | None = None
+    url: str | None = None
+    timeout_s: PositiveFloat = 10.0
+    options: dict[str, float | int | str | bool] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _target(self) -> Self:
+        if self.kind == "python" and not (self.target and ":" in self.target):
+            raise ValueError("a python check needs target: 'module:callable'")
+        if self.kind == "http" and not self.url:
+            raise ValueError("an http check needs url")
+        return self
+
+
+class WindowConfig(_Strict):
+    bucket_s: PositiveFloat = 300.0
+    freshness_s: PositiveFloat = 86_400.0
+    high_water: PositiveInt = 50_000
+    batch_size: Annotated[int, Field(gt=0, le=10_000)] = 64
+    lease_s: PositiveFloat = 120.0
+    skew_overlap_s: Annotated[float, Field(ge=0)] = 5.0
+
+
+class CacheConfig(_Strict):
+    max_entries: PositiveInt = 100_000
+    max_bytes: PositiveInt = 512 * 1024 * 1024
+
+
+class ResultsConfig(_Strict):
+    rollover_rows: PositiveInt = 10_000
+    rollover_s: PositiveFloat = 30.0
+
+
+class PipelineConfig(_Strict):
+    stages: Annotated[list[StageConfig], Field(min_length=1)]
+    checks: dict[str, CheckSpec] = Field(default_factory=dict)
+    catalog: CatalogConfig = CatalogConfig()
+    governor: GovernorConfig = GovernorConfig()
+    window: WindowConfig = WindowConfig()
+    cache: CacheConfig = CacheConfig()
+    results: ResultsConfig = ResultsConfig()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names repeat: {names}")
+        return self
+
+    @property
+    def stage_names(self) -> list[str]:
+        return [s.name for s in self.stages]
+
+    def stage(self, name: str) -> StageConfig:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def check_spec(self, name: str) -> CheckSpec:
+        return self.checks.get(name, CheckSpec())
+
+    def with_overrides(self, **sections: dict) -> PipelineConfig:
+        """A copy with some fields of some sections replaced, validated again."""
+        data = self.model_dump()
+        for section, values in sections.items():
+            data[section] = {**data[section], **values}
+        return parse_config(data, source="overrides")
+
+
+def _one_line(exc: ValidationError, source: str) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{source}: {where}: {err['msg']}{more}"
+
+
+def parse_config(data: object, *, source: str = "config") -> PipelineConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level")
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc, source)) from None
+
+
+def load_config(path: str | Path | None = None) -> PipelineConfig:
+    """Load and validate a pipeline file; ``None`` loads the shipped default."""
+    p = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}: not valid YAML{at}") from None
+    return parse_config(data, source=str(p))

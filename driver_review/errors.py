@@ -1,0 +1,97 @@
+"""The one exception tree of driver-review.
+
+::
+
+    DriverReviewError
+    ├── ConfigError                 bad config file, flag or setting (one line, names the field)
+    ├── SignatureError              a webhook whose signature, timestamp or id is not acceptable
+    ├── IntakeFull                  the orchestrator's intake is above its high-water mark
+    │                               (carries ``retry_after_s``)
+    └── CatalogError                anything that went wrong talking to the vendor catalog
+        ├── NotFound                404: no such driver / version / check
+        ├── Conflict                409: the decision is for a version or stage that is no
+        │                           longer current (the driver moved on: not an error to retry)
+        ├── BadRequest              other 4xx: our request was wrong; retrying cannot help
+        └── RetryableError          worth trying again; carries ``retry_after_s`` (or None)
+            ├── RateLimited         429, with the server's Retry-After when it sent one
+            ├── ServerError         5xx
+            ├── TransportError      timeout, reset, refused, truncated stream
+            └── MalformedResponse   a body that is not the JSON shape the contract promises
+
+A ``RetryableError`` that escapes the client has exhausted its attempts: the caller records
+the check or decision as ``error`` and it is retried later, never taken for a verdict.
+"""
+
+from __future__ import annotations
+
+
+class DriverReviewError(Exception):
+    """Base of every error driver-review raises on purpose."""
+
+
+class ConfigError(DriverReviewError, ValueError):
+    """A config file, flag or setting is wrong. The message is one line naming the field."""
+
+
+class SignatureError(DriverReviewError):
+    """A webhook message failed verification (signature, timestamp, or replay)."""
+
+
+class IntakeFull(DriverReviewError):
+    """The orchestrator holds as much as it may; try again after ``retry_after_s``."""
+
+    def __init__(self, message: str = "intake is full", *, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class CatalogError(DriverReviewError):
+    """Talking to the vendor catalog failed."""
+
+    def __init__(self, message: str, *, status: int | None = None, route: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.route = route
+
+
+class NotFound(CatalogError):
+    """404 from the catalog."""
+
+
+class Conflict(CatalogError):
+    """409: the driver moved on (new version or stage) since the work was handed out."""
+
+
+class BadRequest(CatalogError):
+    """A 4xx other than 404/409/429: the request itself is wrong."""
+
+
+class RetryableError(CatalogError):
+    """A failure that may succeed later; ``retry_after_s`` is the server's hint, if any."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        route: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message, status=status, route=route)
+        self.retry_after_s = retry_after_s
+
+
+class RateLimited(RetryableError):
+    """429 Too Many Requests."""
+
+
+class ServerError(RetryableError):
+    """5xx from the catalog."""
+
+
+class TransportError(RetryableError):
+    """Timeout, connection reset or refused, or a body cut short."""
+
+
+class MalformedResponse(RetryableError):
+    """The body does not parse, or does not have the shape the contract promises."""
