@@ -1,0 +1,403 @@
+"""The orchestrator's logic: update window, coalescing, lanes, demand, leases, ledger.
+
+A plain class, made a Ray actor in :mod:`driver_review.runtime` (one place), so all of
+this is unit-tested without Ray. The actor adds the asyncio parts: long-polled demand,
+the periodic tick, snapshots.
+
+Flow of one driver::
+
+    intake(changes) ─▶ ledger.observe ─▶ backlog[stage].push ─▶ demand(stage, n) ─▶ Lease
+         ▲                                                                         │
+         └──────────── report(lease, outcomes): decide, follow to next stage ◀─────┘
+
+* **Coalescing**: a driver has at most one work item. A change for a driver that is queued
+  or leased only moves the ledger's target; whoever reviews it next reviews the newest
+  version (10 changes in a window → one review).
+* **Skip**: a change whose (version, stage) is already decided queues nothing.
+* **Lanes**: fresh changes before staleness re-sweeps.
+* **Backpressure**: above ``high_water`` queued items, intake raises ``IntakeFull`` and
+  accepts nothing of that call, so the caller keeps (and retries) what it holds.
+* **Leases**: work handed out expires after ``lease_s``; its rows go back to the head of
+  their lane. A late report from an expired lease is still applied when it is news.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from driver_review.backlog import ITEM_SCHEMA, Lane, StageBacklog
+from driver_review.config import PipelineConfig
+from driver_review.errors import IntakeFull
+from driver_review.ledger import NO_STAGE, Change, Ledger, Status, Verdict, Work
+
+ERROR_RETRY_BASE_S = 5.0  # first retry of an errored review; doubles per consecutive error
+WINDOW_HISTORY = 12  # closed buckets kept in stats
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    lease_id: int
+    stage: str
+    batch: list[Any]  # [ObjectRef of an Arrow batch]: a list so Ray does not resolve it
+    count: int
+    lease_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a worker did with one item. ``after`` is the catalog's state it saw last
+    (from the decision's answer, or the record it fetched), so approvals advance the
+    driver without waiting for the next poll."""
+
+    driver_id: str
+    version: str
+    stage: str
+    verdict: Verdict
+    after: Change | None = None
+
+
+@dataclass(slots=True)
+class _LeaseState:
+    stage: str
+    rows: np.ndarray
+    lanes: np.ndarray
+    deadline: float
+    worker: str
+
+
+@dataclass(slots=True)
+class _Bucket:
+    start: float
+    events: int = 0
+    news: int = 0
+    queued: int = 0
+    coalesced: int = 0
+
+
+@dataclass(slots=True)
+class _Counters:
+    intake_calls: int = 0
+    events: int = 0
+    refused: int = 0
+    handed_out: int = 0
+    dropped_at_handout: int = 0
+    leases_expired: int = 0
+    late_reports: int = 0
+    verdicts: dict[str, int] = field(default_factory=dict)
+
+
+class OrchestratorCore:
+    def __init__(
+        self,
+        config: PipelineConfig,
+        *,
+        put: Callable[[pa.RecordBatch], Any] = lambda batch: batch,
+        clock: Callable[[], float] = time.time,
+        ledger: Ledger | None = None,
+    ) -> None:
+        self.config = config
+        self.window = config.window
+        self.clock = clock
+        self.stages = config.stage_names
+        self._stage_index = {name: i for i, name in enumerate(self.stages)}
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.backlogs = {
+            s: StageBacklog(s, batch_size=self.window.batch_size, build=self._build, put=put)
+            for s in self.stages
+        }
+        self._leases: dict[int, _LeaseState] = {}
+        self._lease_ids = itertools.count(1)
+        self._bucket = _Bucket(self._bucket_start(clock()))
+        self._history: deque[_Bucket] = deque(maxlen=WINDOW_HISTORY)
+        self.counters = _Counters()
+        if ledger is not None:
+            self._requeue_pending()
+
+    # -- names ------------------------------------------------------------------------
+    def stage_index(self, stage: str | None) -> int:
+        if stage is None:
+            return NO_STAGE
+        try:
+            return self._stage_index[stage]
+        except KeyError:
+            raise ValueError(f"unknown stage {stage!r}; the pipeline has {self.stages}") from None
+
+    def stage_name(self, index: int) -> str | None:
+        return None if index == NO_STAGE else self.stages[index]
+
+    # -- intake -----------------------------------------------------------------------
+    def queued(self) -> int:
+        return sum(len(b) for b in self.backlogs.values())
+
+    def room(self) -> int:
+        return max(0, self.window.high_water - self.queued())
+
+    def intake(self, changes: Sequence[Change], lane: Lane = Lane.FRESH) -> int:
+        """Take a batch of changes whole, or refuse it whole with ``IntakeFull``.
+
+        Returns how many of them queued new work.
+        """
+        now = self.clock()
+        self._roll_window(now)
+        self.counters.intake_calls += 1
+        if self.queued() + len(changes) > self.window.high_water and self.queued() > 0:
+            self.counters.refused += len(changes)
+            raise IntakeFull(
+                f"intake full: {self.queued()} queued, high water {self.window.high_water}",
+                retry_after_s=max(1.0, min(30.0, self.window.bucket_s / 10)),
+            )
+        self.counters.events += len(changes)
+        self._bucket.events += len(changes)
+        touched: dict[int, None] = {}
+        for ch in changes:
+            if ch.stage != NO_STAGE and not 0 <= ch.stage < len(self.stages):
+                raise ValueError(f"change for {ch.driver_id}: stage index {ch.stage} out of range")
+            if self.ledger.observe(ch):
+                self._bucket.news += 1
+                touched[self.ledger.row(ch.driver_id)] = None
+        return self._enqueue(list(touched), lane, now)
+
+    def requeue_rows(self, rows: np.ndarray | Sequence[int], lane: Lane) -> int:
+        """Queue work for rows that need it (outer loop, retries)."""
+        return self._enqueue([int(r) for r in rows], lane, self.clock())
+
+    def _enqueue(self, rows: list[int], lane: Lane, now: float) -> int:
+        by_stage: dict[int, list[int]] = {}
+        ledger = self.ledger
+        for row in rows:
+            if ledger.work_of(row) != Work.IDLE:
+                self._bucket.coalesced += 1  # its pending item will review the newest state
+                continue
+            if not ledger.needs_review(row):
+                continue
+            by_stage.setdefault(ledger.target(row)[1], []).append(row)
+        total = 0
+        for stage, stage_rows in by_stage.items():
+            ledger.set_work(stage_rows, Work.QUEUED)
+            self.backlogs[self.stages[stage]].push(stage_rows, lane, now)
+            total += len(stage_rows)
+        self._bucket.queued += total
+        return total
+
+    # -- demand and leases ------------------------------------------------------------------
+    def demand(self, stage: str, n: int, worker: str = "") -> list[Lease]:
+        """At most ``n`` items of ``stage`` for a worker that has room for them."""
+        if n <= 0:
+            return []
+        now = self.clock()
+        backlog = self.backlogs[stage]
+        stage_idx = self._stage_index[stage]
+        segments = backlog.take(n, now, keep=lambda rows: self._keep(rows, stage_idx))
+        leases = []
+        for seg in segments:
+            lease_id = next(self._lease_ids)
+            self.ledger.set_work(seg.rows, Work.LEASED)
+            self._leases[lease_id] = _LeaseState(
+                stage, seg.rows, np.full(len(seg.rows), seg.lane, np.int8),
+                now + self.window.lease_s, worker,
+            )
+            self.counters.handed_out += len(seg.rows)
+            leases.append(Lease(lease_id, stage, [seg.ref], len(seg.rows), self.window.lease_s))
+        return leases
+
+    def _keep(self, rows: np.ndarray, stage_idx: int) -> np.ndarray:
+        """Rows still to be reviewed at this stage; the others go idle (or to their stage)."""
+        ledger = self.ledger
+        mask = np.fromiter(
+            (ledger.needs_review(int(r)) and ledger.target(int(r))[1] == stage_idx for r in rows),
+            dtype=bool,
+            count=len(rows),
+        )
+        dropped = rows[~mask]
+        if len(dropped):
+            self.counters.dropped_at_handout += len(dropped)
+            ledger.set_work(dropped, Work.IDLE)
+            self._enqueue([int(r) for r in dropped], Lane.FRESH, self.clock())
+        return mask
+
+    def extend(self, lease_id: int) -> bool:
+        """Keep a lease alive (a worker still busy with a slow batch)."""
+        lease = self._leases.get(lease_id)
+        if lease is None:
+            return False
+        lease.deadline = self.clock() + self.window.lease_s
+        return True
+
+    def report(self, lease_id: int, outcomes: Sequence[Outcome]) -> None:
+        now = self.clock()
+        lease = self._leases.pop(lease_id, None)
+        if lease is None:
+            self.counters.late_reports += 1
+        ledger = self.ledger
+        for out in outcomes:
+            if out.driver_id not in ledger:
+                continue
+            row = ledger.row(out.driver_id)
+            stage = self.stage_index(out.stage)
+            news = not ledger.is_decided(row, out.version, stage)
+            if news:
+                ledger.decide(
+                    row, version=out.version, stage=stage, verdict=out.verdict,
+                    reviewed_at=now, retry_backoff_s=ERROR_RETRY_BASE_S,
+                )
+                name = out.verdict.name.lower()
+                self.counters.verdicts[name] = self.counters.verdicts.get(name, 0) + 1
+            if out.after is not None:
+                ledger.observe(out.after)
+        if lease is not None:
+            # Follow approvals to the next stage at once; rows the worker did not report on
+            # are still pending and go back too. Errored rows wait for their retry time.
+            ledger.set_work(lease.rows, Work.IDLE)
+            self._enqueue([int(r) for r in lease.rows if ledger.errors_of(int(r)) == 0],
+                          Lane.FRESH, now)
+
+    def expire_leases(self) -> int:
+        now = self.clock()
+        expired = [lid for lid, lease in self._leases.items() if lease.deadline <= now]
+        for lid in expired:
+            lease = self._leases.pop(lid)
+            self.counters.leases_expired += 1
+            self.ledger.set_work(lease.rows, Work.QUEUED)
+            for lane in Lane:
+                rows = lease.rows[lease.lanes == lane]
+                self.backlogs[lease.stage].push_segment_front(rows, lane, now)
+        return len(expired)
+
+    # -- periodic -----------------------------------------------------------------------
+    def tick(self, *, stale_slice: int | None = None) -> dict[str, int]:
+        """Expire leases, retry errors whose backoff passed, queue a slice of stale drivers,
+        seal buffers that waited long enough. Called by the actor every second or so."""
+        now = self.clock()
+        self._roll_window(now)
+        expired = self.expire_leases()
+        retries = self.requeue_rows(self.ledger.due_retries(now, limit=self.room()), Lane.FRESH)
+        stale = 0
+        if stale_slice is None:
+            stale_slice = self.stale_slice_size()
+        if stale_slice > 0 and self.room() > 0:
+            limit = min(stale_slice, self.room())
+            rows = self.ledger.stale_rows(now, self.window.freshness_s, limit)
+            stale = self._enqueue_stale(rows, now)
+        for backlog in self.backlogs.values():
+            backlog.flush(now, max_age_s=1.0)
+        return {"expired": expired, "retries": retries, "stale": stale}
+
+    def stale_slice_size(self, tick_s: float = 1.0) -> int:
+        """Drivers to re-sweep per tick so that all of them fit in one freshness bound,
+        spread evenly rather than in a burst."""
+        n = len(self.ledger)
+        return math.ceil(n * tick_s / self.window.freshness_s) if n else 0
+
+    def _enqueue_stale(self, rows: np.ndarray, now: float) -> int:
+        """A re-sweep reviews the driver's stage when in review, and otherwise confirms its
+        final state against the catalog (a conditional GET), queued at its last stage."""
+        by_stage: dict[int, list[int]] = {}
+        for row in rows:
+            r = int(row)
+            if self.ledger.work_of(r) != Work.IDLE:
+                continue
+            stage = self.ledger.target(r)[1]
+            if stage == NO_STAGE:
+                stage = len(self.stages) - 1
+            by_stage.setdefault(stage, []).append(r)
+        total = 0
+        for stage, stage_rows in by_stage.items():
+            self.ledger.set_work(stage_rows, Work.QUEUED)
+            self.backlogs[self.stages[stage]].push(stage_rows, Lane.STALE, now)
+            total += len(stage_rows)
+        return total
+
+    def _requeue_pending(self) -> None:
+        """After loading a snapshot: no work item survived the old process, so every row
+        that was queued, leased or undecided is queued again."""
+        pending = self.ledger.pending_rows()
+        self.ledger.set_work(pending, Work.IDLE)
+        self._enqueue([int(r) for r in pending], Lane.FRESH, self.clock())
+
+    # -- window -------------------------------------------------------------------------
+    def _bucket_start(self, now: float) -> float:
+        return now - (now % self.window.bucket_s)
+
+    def _roll_window(self, now: float) -> None:
+        start = self._bucket_start(now)
+        if start != self._bucket.start:
+            self._history.append(self._bucket)
+            self._bucket = _Bucket(start)
+
+    # -- batches ------------------------------------------------------------------------
+    def _build(self, rows: np.ndarray, lane: Lane, enqueued_at: float) -> pa.RecordBatch:
+        ledger = self.ledger
+        ids = ledger.ids(rows)
+        versions = [v.decode() for v in ledger.col("version")[rows]]
+        stages = ledger.col("stage")[rows]
+        last = len(self.stages) - 1
+        stage_names = [self.stages[s if s != NO_STAGE else last] for s in stages]
+        n = len(rows)
+        return pa.record_batch(
+            [ids, versions, stage_names, pa.array(np.full(n, lane, np.int8)),
+             pa.array(np.full(n, enqueued_at))],
+            schema=ITEM_SCHEMA,
+        )
+
+    # -- introspection ------------------------------------------------------------------
+    def quiescent(self) -> bool:
+        """Nothing queued, nothing leased, and nothing in review left undecided."""
+        if self._leases or self.queued():
+            return False
+        c = self.ledger.counts()
+        return c["queued"] == 0 and c["leased"] == 0 and len(self.ledger.pending_rows()) == 0
+
+    def stats(self) -> dict[str, Any]:
+        now = self.clock()
+        b = self._bucket
+        return {
+            "window": {
+                "bucket_s": self.window.bucket_s,
+                "bucket_start": b.start,
+                "events": b.events,
+                "news": b.news,
+                "queued": b.queued,
+                "coalesced": b.coalesced,
+                "history": [
+                    {"start": h.start, "events": h.events, "coalesced": h.coalesced}
+                    for h in self._history
+                ],
+            },
+            "backlog": {s: bl.stats() for s, bl in self.backlogs.items()},
+            "leases": len(self._leases),
+            "leased_items": int(sum(len(lease.rows) for lease in self._leases.values())),
+            "ledger": self.ledger.counts(),
+            "ledger_bytes": self.ledger.nbytes,
+            "oldest_review_age_s": self.ledger.oldest_review_age(now),
+            "high_water": self.window.high_water,
+            "counters": {
+                "intake_calls": self.counters.intake_calls,
+                "events": self.counters.events,
+                "refused": self.counters.refused,
+                "handed_out": self.counters.handed_out,
+                "dropped_at_handout": self.counters.dropped_at_handout,
+                "leases_expired": self.counters.leases_expired,
+                "late_reports": self.counters.late_reports,
+                "verdicts": dict(self.counters.verdicts),
+            },
+        }
+
+
+def change_from_summary(core: OrchestratorCore, summary: Any) -> Change:
+    """A :class:`Change` from a catalog ``DriverSummary``, ping data or record."""
+    return Change(
+        driver_id=summary.id,
+        version=summary.version,
+        stage=core.stage_index(summary.stage),
+        status=Status[summary.status.upper()],
+        changed_at=summary.updated_at.timestamp(),
+    )

@@ -1,0 +1,40 @@
+from driver_review.autoscale import AutoscalePolicy, PoolSample
+
+
+def sample(now: float, backlog: int, workers: int, in_flight: int, waiting: int = 0) -> PoolSample:
+    return PoolSample(backlog, workers, in_flight, workers * 10, waiting, now)
+
+
+def test_grows_under_sustained_pressure_up_to_max() -> None:
+    p = AutoscalePolicy(min_workers=1, max_workers=3, idle_shrink_s=10, sustain_ticks=2)
+    workers, steps = 1, []
+    for t in range(12):
+        step = p.decide(sample(t, backlog=1000, workers=workers, in_flight=workers * 10))
+        workers += step
+        steps.append(step)
+    assert workers == 3
+    assert steps[0] == 0  # one busy tick alone is not a trend
+
+
+def test_does_not_grow_when_held_by_rate_governor() -> None:
+    p = AutoscalePolicy(min_workers=1, max_workers=4, idle_shrink_s=10, sustain_ticks=1)
+    for t in range(10):
+        assert p.decide(sample(t, backlog=1000, workers=1, in_flight=10, waiting=8)) == 0
+    assert p.last_reason == "held by the rate governor"
+
+
+def test_shrinks_to_min_after_idle_period_one_step_at_a_time() -> None:
+    p = AutoscalePolicy(min_workers=1, max_workers=4, idle_shrink_s=5, sustain_ticks=1)
+    workers = 4
+    for t in range(0, 40):
+        workers += p.decide(sample(t, backlog=0, workers=workers, in_flight=0))
+        assert workers >= 1
+    assert workers == 1
+
+
+def test_busy_moment_resets_idle_timer() -> None:
+    p = AutoscalePolicy(min_workers=1, max_workers=4, idle_shrink_s=5, sustain_ticks=99)
+    assert p.decide(sample(0, 0, 2, 0)) == 0
+    assert p.decide(sample(4, 5, 2, 15)) == 0
+    assert p.decide(sample(8, 0, 2, 0)) == 0  # idle again only since t=8
+    assert p.decide(sample(13, 0, 2, 0)) == -1
