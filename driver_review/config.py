@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Annotated, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from driver_review.errors import ConfigError
 
@@ -61,6 +68,17 @@ class StageConfig(_Strict):
     checks: Annotated[list[str], Field(min_length=1)]
     pool: PoolConfig = PoolConfig()
 
+    @field_validator("checks")
+    @classmethod
+    def _unique_checks(cls, checks: list[str]) -> list[str]:
+        # Results and decision reasons are keyed by check name; a repeat would collide.
+        seen: set[str] = set()
+        for check in checks:
+            if check in seen:
+                raise ValueError(f"check {check!r} is listed twice")
+            seen.add(check)
+        return checks
+
 
 class CheckSpec(_Strict):
     """How a check is implemented.
@@ -82,6 +100,9 @@ class CheckSpec(_Strict):
             raise ValueError("a python check needs target: 'module:callable'")
         if self.kind == "http" and not self.url:
             raise ValueError("an http check needs url")
+        if self.kind == "builtin" and (self.target or self.url):
+            # Most likely a forgotten `kind:`; silently running the builtin would be worse.
+            raise ValueError("target/url given but kind is builtin (set kind: python or http)")
         return self
 
 
