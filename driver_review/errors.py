@@ -44,6 +44,9 @@ class IntakeFull(DriverReviewError):
         super().__init__(message)
         self.retry_after_s = retry_after_s
 
+    def __reduce__(self):  # keep the delay when the error crosses a process boundary
+        return (_rebuild, (type(self), self.args, {"retry_after_s": self.retry_after_s}))
+
 
 class CatalogError(DriverReviewError):
     """Talking to the vendor catalog failed."""
@@ -52,6 +55,9 @@ class CatalogError(DriverReviewError):
         super().__init__(message)
         self.status = status
         self.route = route
+
+    def __reduce__(self):  # keep the attributes when the error crosses a process boundary
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
 class NotFound(CatalogError):
@@ -95,3 +101,10 @@ class TransportError(RetryableError):
 
 class MalformedResponse(RetryableError):
     """The body does not parse, or does not have the shape the contract promises."""
+
+
+def _rebuild(cls: type[Exception], args: tuple, attrs: dict) -> Exception:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(attrs)
+    return exc

@@ -189,6 +189,8 @@ class Ledger:
         """Record a decision; an error arms ``retry_at`` with a growing backoff."""
         c = self._cols
         c["reviewed_at"][row] = reviewed_at
+        if verdict == Verdict.CONFIRMED:  # a re-review of a final state changes nothing else
+            return
         if verdict == Verdict.ERROR:
             errors = min(int(c["errors"][row]) + 1, 30)
             c["errors"][row] = errors

@@ -53,7 +53,7 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class ItemResult:
     """What a worker did with one item. ``after`` is the catalog's state it saw last
     (from the decision's answer, or the record it fetched), so approvals advance the
     driver without waiting for the next poll."""
@@ -232,7 +232,7 @@ class OrchestratorCore:
         lease.deadline = self.clock() + self.window.lease_s
         return True
 
-    def report(self, lease_id: int, outcomes: Sequence[Outcome]) -> None:
+    def report(self, lease_id: int, outcomes: Sequence[ItemResult]) -> None:
         now = self.clock()
         lease = self._leases.pop(lease_id, None)
         if lease is None:
@@ -243,7 +243,8 @@ class OrchestratorCore:
                 continue
             row = ledger.row(out.driver_id)
             stage = self.stage_index(out.stage)
-            news = not ledger.is_decided(row, out.version, stage)
+            # NONE: nothing was decided (the catalog had moved on); ``after`` says where to.
+            news = out.verdict != Verdict.NONE and not ledger.is_decided(row, out.version, stage)
             if news:
                 ledger.decide(
                     row, version=out.version, stage=stage, verdict=out.verdict,

@@ -106,6 +106,7 @@ class DecisionResponse(_Wire):
     version: str
     stage: str | None
     status: Status
+    updated_at: UtcDatetime | None = None
     duplicate: bool = False
 
 

@@ -10,7 +10,7 @@ from driver_review.backlog import Lane
 from driver_review.config import load_config
 from driver_review.errors import IntakeFull
 from driver_review.ledger import NO_STAGE, Change, Ledger, Status, Verdict, Work
-from driver_review.orchestrator import OrchestratorCore, Outcome
+from driver_review.orchestrator import ItemResult, OrchestratorCore
 
 INTAKE, SECURITY, COMPAT = 0, 1, 2
 
@@ -80,7 +80,7 @@ def test_already_decided_version_and_stage_is_skipped(clock: Clock) -> None:
     core = make_core(clock)
     core.intake([change(1, t=1.0)])
     (lease,) = core.demand("intake", 10)
-    core.report(lease.lease_id, [Outcome("drv-0001", "1.0.0.1", "intake", Verdict.REJECTED)])
+    core.report(lease.lease_id, [ItemResult("drv-0001", "1.0.0.1", "intake", Verdict.REJECTED)])
     # The same version at the same stage arriving again (a late ping) queues nothing.
     assert core.intake([change(1, t=2.0)]) == 0
     assert core.quiescent()
@@ -91,7 +91,8 @@ def test_approval_follows_the_driver_to_its_next_stage(clock: Clock) -> None:
     core.intake([change(1, t=1.0)])
     (lease,) = core.demand("intake", 10)
     after = change(1, stage=SECURITY, t=2.0)
-    core.report(lease.lease_id, [Outcome("drv-0001", "1.0.0.1", "intake", Verdict.APPROVED, after)])
+    done = ItemResult("drv-0001", "1.0.0.1", "intake", Verdict.APPROVED, after)
+    core.report(lease.lease_id, [done])
     assert items(core.demand("security", 10)) == [("drv-0001", "1.0.0.1", "security")]
     assert not core.quiescent()
 
@@ -124,7 +125,7 @@ def test_expired_lease_goes_back_to_the_head(clock: Clock) -> None:
     again = items(core.demand("intake", 4))
     assert [d for d, _, _ in again] == [d for d, _, _ in items(first)]
     # A late report from the dead lease is still applied when it is news.
-    core.report(first[0].lease_id, [Outcome("drv-0000", "1.0.0.1", "intake", Verdict.REJECTED)])
+    core.report(first[0].lease_id, [ItemResult("drv-0000", "1.0.0.1", "intake", Verdict.REJECTED)])
     assert core.counters.late_reports == 1
     assert core.ledger.is_decided(core.ledger.row("drv-0000"), "1.0.0.1", INTAKE)
 
@@ -144,7 +145,7 @@ def test_errors_retry_after_backoff(clock: Clock) -> None:
     core = make_core(clock)
     core.intake([change(1)])
     (lease,) = core.demand("intake", 10)
-    core.report(lease.lease_id, [Outcome("drv-0001", "1.0.0.1", "intake", Verdict.ERROR)])
+    core.report(lease.lease_id, [ItemResult("drv-0001", "1.0.0.1", "intake", Verdict.ERROR)])
     assert core.demand("intake", 10) == []
     clock.now += 100
     core.tick(stale_slice=0)

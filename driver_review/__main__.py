@@ -1,0 +1,5 @@
+import sys
+
+from driver_review.cli import main
+
+sys.exit(main())

@@ -1,0 +1,100 @@
+"""``driver-review``: parse, build settings, call. Nothing else lives here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from driver_review.errors import DriverReviewError
+
+
+def _add_pipeline_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--catalog-url", required=True, help="base URL of the vendor catalog")
+    p.add_argument("--config", help="pipeline file (default: the shipped pipeline)")
+    p.add_argument("--data-dir", default="./data", help="local path or pyarrow.fs URI")
+
+
+def _positive(kind: type) -> object:
+    def parse(text: str) -> object:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="driver-review",
+        description="Continuous, rate-limit-aware review of hardware driver updates on Ray.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    from driver_review.sim.cli import add_arguments as add_sim_arguments
+
+    sim = sub.add_parser("sim", help="run the simulated vendor catalog")
+    add_sim_arguments(sim)
+
+    sweep = sub.add_parser("sweep", help="one batch sweep to quiescence")
+    _add_pipeline_args(sweep)
+    sweep.add_argument("--json", action="store_true", help="print a JSON summary last")
+    sweep.add_argument("--timeout-s", type=_positive(float), default=3600.0)
+    sweep.add_argument("--instance", help="actor name prefix (default: sweep-<random>)")
+
+    demo = sub.add_parser("demo", help="see it work on this machine, in one command")
+    demo.add_argument("--duration", type=_positive(float), default=60.0, help="seconds")
+    demo.add_argument("--drivers", type=_positive(int), default=2000)
+    demo.add_argument("--data-dir", default="./data/demo")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return _run(args)
+    except DriverReviewError as exc:
+        print(f"driver-review: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _load(args: argparse.Namespace):  # -> PipelineConfig
+    from driver_review.config import load_config
+
+    config = load_config(args.config)
+    return config.with_overrides(catalog={"url": args.catalog_url})
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "sim":
+        from driver_review.sim.cli import settings_from_args
+        from driver_review.sim.server import serve_forever
+
+        serve_forever(settings_from_args(args))
+        return 0
+    if args.command == "sweep":
+        from driver_review.sweep import SweepOptions, format_summary, run_sweep
+
+        summary = run_sweep(
+            _load(args),
+            SweepOptions(data_dir=args.data_dir, instance=args.instance, timeout_s=args.timeout_s),
+        )
+        format_summary(summary)
+        if args.json:
+            print(json.dumps(summary, sort_keys=True))
+        return 1 if summary["timed_out"] else 0
+    if args.command == "demo":
+        from driver_review.demo import run_demo
+
+        return run_demo(duration_s=args.duration, drivers=args.drivers, data_dir=args.data_dir)
+    raise AssertionError(args.command)

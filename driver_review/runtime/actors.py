@@ -1,0 +1,83 @@
+"""The one place where plain classes become Ray actors, with their options.
+
+I/O-bound actors ask for no CPU so a 2-core laptop hosts them all; the package digest
+runs in a thread. Long-lived actors are named, detached and restart forever; stage
+workers are owned by their pool (see :mod:`.pool`) and spread across nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from driver_review.config import PipelineConfig
+from driver_review.runtime.cache_actor import CacheService
+from driver_review.runtime.governor_actor import GovernorService
+from driver_review.runtime.names import NAMESPACE, actor_name
+from driver_review.runtime.orchestrator_actor import OrchestratorService
+from driver_review.runtime.pool import StagePoolService
+from driver_review.runtime.worker import StageWorker
+
+_SERVICE = {
+    "namespace": NAMESPACE,
+    "lifetime": "detached",
+    "max_restarts": -1,
+    "num_cpus": 0,
+    "get_if_exists": True,
+    "max_concurrency": 1000,
+}
+
+Orchestrator = ray.remote(OrchestratorService)
+Governor = ray.remote(GovernorService)
+Cache = ray.remote(CacheService)
+StagePool = ray.remote(StagePoolService)
+Worker = ray.remote(StageWorker)
+
+
+def _placement(config: PipelineConfig) -> dict[str, Any]:
+    """Orchestrator and governor may be pinned to nodes offering a custom resource
+    (``DRIVER_REVIEW_HEAD_RESOURCE``), e.g. the head node of a cluster."""
+    import os
+
+    resource = os.environ.get("DRIVER_REVIEW_HEAD_RESOURCE")
+    return {"resources": {resource: 0.001}} if resource else {}
+
+
+def orchestrator(config: PipelineConfig, instance: str, *, outer_loop: bool = True) -> Any:
+    return Orchestrator.options(
+        name=actor_name(instance, "orchestrator"), **_SERVICE, **_placement(config)
+    ).remote(config, outer_loop=outer_loop)
+
+
+def governor(config: PipelineConfig, instance: str) -> Any:
+    return Governor.options(
+        name=actor_name(instance, "governor"), **_SERVICE, **_placement(config)
+    ).remote(config.governor)
+
+
+def cache(config: PipelineConfig, instance: str) -> Any:
+    return Cache.options(name=actor_name(instance, "cache"), **_SERVICE).remote(
+        config, instance=instance
+    )
+
+
+def stage_pool(
+    config: PipelineConfig, instance: str, stage: str, data_dir: str, *, autoscale: bool = True
+) -> Any:
+    return StagePool.options(name=actor_name(instance, "pool", stage), **_SERVICE).remote(
+        config, stage=stage, instance=instance, data_dir=data_dir, autoscale=autoscale
+    )
+
+
+def new_worker(
+    config: PipelineConfig, *, stage: str, instance: str, name: str, data_dir: str
+) -> Any:
+    return Worker.options(
+        name=name,
+        namespace=NAMESPACE,
+        num_cpus=0,
+        max_restarts=-1,
+        max_concurrency=1000,
+        scheduling_strategy="SPREAD",
+    ).remote(config, stage=stage, instance=instance, name=name, data_dir=data_dir)

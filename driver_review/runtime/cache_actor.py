@@ -1,0 +1,112 @@
+"""The driver cache actor: versioned records as ObjectRefs, single-flight fetching.
+
+A hit returns the ObjectRef the cache already holds (no copy, no fetch). A miss, or an
+entry of another version, fetches once however many workers ask at the same moment (they
+await one future), conditionally with the ETag held, so an unchanged driver costs a 304
+and no body. A fat ping fills an entry without any fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from driver_review.cache import CacheCore, Entry
+from driver_review.catalog.models import DriverRecord
+from driver_review.config import PipelineConfig
+from driver_review.errors import CatalogError
+from driver_review.runtime.clients import make_catalog
+
+#: What ``get_many`` answers per item: ``([ref], None)`` or ``(None, error class name)``.
+Fetched = tuple[list[Any] | None, str | None]
+
+
+class CacheService:
+    def __init__(self, config: PipelineConfig, *, instance: str) -> None:
+        self.config = config
+        self.instance = instance
+        self.core = CacheCore(
+            max_entries=config.cache.max_entries, max_bytes=config.cache.max_bytes
+        )
+        self._inflight: dict[str, asyncio.Future[Entry]] = {}
+        self._catalog: Any = None
+        self.fetches = 0
+        self.not_modified = 0
+
+    def _client(self) -> Any:
+        if self._catalog is None:
+            self._catalog, _ = make_catalog(self.config, self.instance)
+        return self._catalog
+
+    async def get_many(self, items: Sequence[tuple[str, str | None]]) -> list[Fetched]:
+        return list(await asyncio.gather(*(self._get(d, v) for d, v in items)))
+
+    async def _get(self, driver_id: str, version: str | None) -> Fetched:
+        entry = self.core.lookup(driver_id, version)
+        if entry is None:
+            try:
+                entry = await self._fetch(driver_id)
+            except CatalogError as exc:
+                return None, type(exc).__name__
+        return [entry.value], None
+
+    async def refresh(self, driver_id: str) -> list[Any] | None:
+        """Revalidate one driver now (after a 409 said it moved on)."""
+        try:
+            return [(await self._fetch(driver_id)).value]
+        except CatalogError:
+            return None
+
+    async def _fetch(self, driver_id: str) -> Entry:
+        pending = self._inflight.get(driver_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
+        self._inflight[driver_id] = future
+        try:
+            entry = await self._fetch_now(driver_id)
+            future.set_result(entry)
+            return entry
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: waiters, if any, re-raise it themselves
+            raise
+        finally:
+            del self._inflight[driver_id]
+
+    async def _fetch_now(self, driver_id: str) -> Entry:
+        held = self.core.peek(driver_id)
+        record, etag = await self._client().get_driver(
+            driver_id, etag=held.etag if held else None
+        )
+        if record is None and held is not None:
+            self.not_modified += 1
+            return held
+        assert record is not None
+        self.fetches += 1
+        return self._store(record, etag)
+
+    def _store(self, record: DriverRecord, etag: str | None) -> Entry:
+        size = len(record.model_dump_json())
+        entry = Entry(record.version, etag, ray.put(record), size)
+        self.core.store(record.id, entry)
+        return entry
+
+    async def fill(self, records: Sequence[DriverRecord]) -> int:
+        """Fat pings: the record came with the ping, so no fetch is needed."""
+        for record in records:
+            held = self.core.peek(record.id)
+            if held is None or held.version != record.version:
+                self._store(record, None)
+                self.core.fills += 1
+        return len(records)
+
+    async def stats(self) -> dict[str, Any]:
+        calls = self._catalog.stats().get("calls", {}) if self._catalog is not None else {}
+        return {
+            **self.core.stats(), "fetches": self.fetches, "not_modified": self.not_modified,
+            "calls": calls,
+        }

@@ -1,0 +1,113 @@
+"""Actor names, the namespace, connecting to Ray, and lookups that survive restarts.
+
+Every actor of one running instance is named ``<instance>/<role>[/<part>…]`` in the
+``driver_review`` namespace, so the dashboard lists them by role and a second process
+(``driver-review status``, the Serve app, a sweep job) finds them by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
+
+NAMESPACE = "driver_review"
+DEFAULT_INSTANCE = "main"
+LOOKUP_TIMEOUT_S = 60.0
+_RETRYABLE = (ActorUnavailableError, ActorDiedError, GetTimeoutError)
+
+log = logging.getLogger(__name__)
+
+
+def actor_name(instance: str, role: str, *parts: str) -> str:
+    return "/".join((instance, role, *parts))
+
+
+def connect(*, num_cpus: int | None = None, quiet: bool = True) -> None:
+    """Join the cluster named by ``RAY_ADDRESS`` when set, else start a local one."""
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": not quiet}
+    if not os.environ.get("RAY_ADDRESS") and num_cpus is not None:
+        kwargs["num_cpus"] = num_cpus
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(**kwargs)
+
+
+def _backoff(attempt: int) -> float:
+    return random.uniform(0, min(2.0, 0.05 * 2**attempt))
+
+
+def lookup(name: str, *, timeout_s: float = LOOKUP_TIMEOUT_S) -> Any:
+    """``ray.get_actor`` that waits for an actor being (re)started."""
+    deadline = time.monotonic() + timeout_s
+    attempt = 0
+    while True:
+        try:
+            return ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(_backoff(attempt))
+        attempt += 1
+
+
+class ActorRef:
+    """A handle by name: calls retry on a dead or restarting actor and look it up again.
+
+    Calls are idempotent on the receiving side (intake of news only, reports applied when
+    still news, leases re-queued on expiry), so a retried call never does harm.
+    """
+
+    def __init__(self, name: str, *, timeout_s: float = LOOKUP_TIMEOUT_S) -> None:
+        self.name = name
+        self.timeout_s = timeout_s
+        self._handle: Any = None
+
+    def __reduce__(self):
+        return (ActorRef, (self.name,), {"timeout_s": self.timeout_s})
+
+    @property
+    def handle(self) -> Any:
+        if self._handle is None:
+            self._handle = lookup(self.name, timeout_s=self.timeout_s)
+        return self._handle
+
+    async def _ahandle(self) -> Any:
+        if self._handle is None:
+            self._handle = await asyncio.to_thread(lookup, self.name, timeout_s=self.timeout_s)
+        return self._handle
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + self.timeout_s
+        attempt = 0
+        while True:
+            handle = await self._ahandle()
+            try:
+                return await getattr(handle, method).remote(*args, **kwargs)
+            except _RETRYABLE as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                log.info("%s.%s: %s; looking it up again", self.name, method, type(exc).__name__)
+                self._handle = None
+            await asyncio.sleep(_backoff(attempt))
+            attempt += 1
+
+    def call_sync(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + self.timeout_s
+        attempt = 0
+        while True:
+            try:
+                return ray.get(getattr(self.handle, method).remote(*args, **kwargs))
+            except _RETRYABLE:
+                if time.monotonic() >= deadline:
+                    raise
+                self._handle = None
+            time.sleep(_backoff(attempt))
+            attempt += 1

@@ -1,0 +1,91 @@
+"""The orchestrator as an async actor around :class:`~driver_review.orchestrator.OrchestratorCore`.
+
+Adds what needs an event loop: demand is long-polled (a worker that asks when nothing is
+queued waits up to ``wait_s`` for work instead of polling), and a tick loop expires
+leases, retries errors and queues the outer loop's staleness slices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from driver_review.backlog import Lane
+from driver_review.config import PipelineConfig
+from driver_review.ledger import Change
+from driver_review.orchestrator import ItemResult, Lease, OrchestratorCore
+
+TICK_S = 1.0
+
+
+class OrchestratorService:
+    def __init__(self, config: PipelineConfig, *, outer_loop: bool = True) -> None:
+        self.core = OrchestratorCore(config, put=ray.put)
+        self._work_ready = {stage: asyncio.Event() for stage in self.core.stages}
+        self._outer_loop = outer_loop
+        self._ticker: asyncio.Task | None = None
+
+    def _ensure_ticker(self) -> None:
+        # An async actor's __init__ runs before its event loop serves calls, so the loop
+        # is started by the first call instead.
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            self.core.tick(stale_slice=None if self._outer_loop else 0)
+            self._signal()
+
+    def _signal(self) -> None:
+        for stage, event in self._work_ready.items():
+            if len(self.core.backlogs[stage]):
+                event.set()
+
+    async def ping(self) -> bool:
+        self._ensure_ticker()
+        return True
+
+    async def intake(self, changes: Sequence[Change], lane: int = Lane.FRESH) -> int:
+        """Raises ``IntakeFull`` (nothing taken) above the high-water mark."""
+        self._ensure_ticker()
+        queued = self.core.intake(changes, Lane(lane))
+        self._signal()
+        return queued
+
+    async def room(self) -> int:
+        return self.core.room()
+
+    async def demand(
+        self, stage: str, n: int, worker: str = "", wait_s: float = 1.0
+    ) -> list[Lease]:
+        self._ensure_ticker()
+        event = self._work_ready[stage]
+        leases = self.core.demand(stage, n, worker)
+        if leases or wait_s <= 0:
+            return leases
+        event.clear()
+        try:
+            await asyncio.wait_for(event.wait(), timeout=wait_s)
+        except TimeoutError:
+            return []
+        return self.core.demand(stage, n, worker)
+
+    async def report(self, lease_id: int, outcomes: Sequence[ItemResult]) -> None:
+        self.core.report(lease_id, outcomes)
+        self._signal()
+
+    async def extend(self, lease_ids: Sequence[int]) -> int:
+        return sum(self.core.extend(lid) for lid in lease_ids)
+
+    async def quiescent(self) -> bool:
+        return self.core.quiescent()
+
+    async def stats(self) -> dict[str, Any]:
+        return self.core.stats()
+
+    async def backlog_depths(self) -> dict[str, int]:
+        return {stage: len(b) for stage, b in self.core.backlogs.items()}

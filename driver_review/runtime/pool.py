@@ -1,0 +1,172 @@
+"""A stage pool: between ``min_workers`` and ``max_workers`` stage workers, autoscaled.
+
+Each tick it samples the stage's backlog (from the orchestrator) and its workers'
+in-flight and permit-waiting counts, and asks :class:`~driver_review.autoscale.AutoscalePolicy`
+whether to add a worker or drain one. Workers are owned by the pool: if the pool dies
+they go with it, its restart makes ``min_workers`` anew, and the leases they held expire
+and are re-queued — nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import ray
+
+from driver_review.autoscale import AutoscalePolicy, PoolSample
+from driver_review.config import PipelineConfig
+from driver_review.runtime.names import ActorRef, actor_name
+
+log = logging.getLogger(__name__)
+
+TICK_S = 1.0
+DRAIN_TIMEOUT_S = 60.0
+
+
+class StagePoolService:
+    def __init__(
+        self, config: PipelineConfig, *, stage: str, instance: str, data_dir: str,
+        autoscale: bool = True,
+    ) -> None:
+        self.config = config
+        self.stage = stage
+        self.instance = instance
+        self.data_dir = data_dir
+        self.autoscale = autoscale
+        pool = config.stage(stage).pool
+        self.policy = AutoscalePolicy(
+            min_workers=pool.min_workers, max_workers=pool.max_workers,
+            idle_shrink_s=pool.idle_shrink_s,
+        )
+        self.orchestrator = ActorRef(actor_name(instance, "orchestrator"))
+        self.workers: dict[str, Any] = {}
+        self._serial = 0
+        self._ticker: asyncio.Task | None = None
+        self.events: list[dict[str, Any]] = []  # scale events, newest last (bounded)
+        self.peak_workers = 0
+        # Totals of drained workers, so a pool's figures survive its workers.
+        self.retired: dict[str, int] = {}
+        self.retired_calls: dict[str, dict[str, int]] = {}
+
+    async def start(self) -> int:
+        if self._ticker is None or self._ticker.done():
+            while len(self.workers) < self.policy.min_workers:
+                await self._add("start")
+            self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        return len(self.workers)
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                await self._tick()
+            except Exception:
+                log.exception("pool %s: tick failed", self.stage)
+
+    async def _tick(self) -> None:
+        stats = await self._worker_stats()
+        depths = await self.orchestrator.call("backlog_depths")
+        sample = PoolSample(
+            backlog=depths.get(self.stage, 0),
+            workers=len(self.workers),
+            in_flight=sum(s["in_flight"] for s in stats.values()),
+            capacity=sum(s["max_in_flight"] for s in stats.values()),
+            waiting_for_permit=sum(s["waiting_for_permit"] for s in stats.values()),
+            now=time.monotonic(),
+        )
+        step = self.policy.decide(sample) if self.autoscale else 0
+        if step > 0:
+            await self._add(self.policy.last_reason)
+        elif step < 0 and stats:
+            idlest = min(stats, key=lambda n: stats[n]["in_flight"])
+            await self._retire(idlest, self.policy.last_reason)
+
+    async def _worker_stats(self) -> dict[str, dict[str, Any]]:
+        """Stats of live workers; a dead one is replaced (its leases expire and re-queue)."""
+        names = list(self.workers)
+        results = await asyncio.gather(
+            *(self.workers[n].start.remote() for n in names), return_exceptions=True
+        )
+        for name, res in zip(names, results, strict=True):
+            if isinstance(res, Exception):
+                log.warning("pool %s: worker %s is gone (%s)", self.stage, name, type(res).__name__)
+                self.workers.pop(name, None)
+        stats = await asyncio.gather(
+            *(self.workers[n].stats.remote() for n in self.workers), return_exceptions=True
+        )
+        return {
+            n: s for n, s in zip(list(self.workers), stats, strict=True)
+            if not isinstance(s, Exception)
+        }
+
+    async def _add(self, reason: str) -> None:
+        from driver_review.runtime.actors import new_worker
+
+        self._serial += 1
+        name = actor_name(self.instance, "worker", self.stage, str(self._serial))
+        handle = new_worker(self.config, stage=self.stage, instance=self.instance, name=name,
+                            data_dir=self.data_dir)
+        await handle.start.remote()
+        self.workers[name] = handle
+        self.peak_workers = max(self.peak_workers, len(self.workers))
+        self._event("add", name, reason)
+
+    async def _retire(self, name: str, reason: str) -> None:
+        handle = self.workers.pop(name)
+        self._event("drain", name, reason)
+        try:
+            final = await handle.drain.remote(DRAIN_TIMEOUT_S)
+            merge_counts(self.retired, final["counts"])
+            merge_calls(self.retired_calls, final["calls"])
+        finally:
+            ray.kill(handle, no_restart=True)
+
+    def _event(self, kind: str, name: str, reason: str) -> None:
+        self.events.append({"at": time.time(), "event": kind, "worker": name, "reason": reason,
+                            "workers": len(self.workers)})
+        del self.events[:-100]
+
+    async def stop(self) -> dict[str, Any]:
+        """Graceful: stop autoscaling, drain every worker (finish, flush), then kill."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+        summary = await self.stats()
+        await asyncio.gather(*(self._retire(n, "stop") for n in list(self.workers)),
+                             return_exceptions=True)
+        summary["retired"] = dict(self.retired)
+        summary["retired_calls"] = self.retired_calls
+        return summary
+
+    async def stats(self) -> dict[str, Any]:
+        stats = await self._worker_stats()
+        return {
+            "stage": self.stage,
+            "workers": len(self.workers),
+            "peak_workers": self.peak_workers,
+            "min_workers": self.policy.min_workers,
+            "max_workers": self.policy.max_workers,
+            "last_reason": self.policy.last_reason,
+            "in_flight": sum(s["in_flight"] for s in stats.values()),
+            "waiting_for_permit": sum(s["waiting_for_permit"] for s in stats.values()),
+            "worker_stats": stats,
+            "retired": dict(self.retired),
+            "events": self.events[-20:],
+        }
+
+
+def merge_counts(into: dict[str, int], more: dict[str, int]) -> dict[str, int]:
+    for key, value in more.items():
+        into[key] = into.get(key, 0) + value
+    return into
+
+
+def merge_calls(
+    into: dict[str, dict[str, int]], more: dict[str, dict[str, int]]
+) -> dict[str, dict[str, int]]:
+    """Add call counts by route and status."""
+    for route, by_status in more.items():
+        merge_counts(into.setdefault(route, {}), by_status)
+    return into

@@ -1,0 +1,82 @@
+"""Start and stop one instance: governor, orchestrator, cache, one pool per stage.
+
+Shutdown order (as in Broadway): stop intake (the caller stops feeding) → drain the pools
+(workers finish what they hold and flush their results) → stop the services.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from driver_review.config import PipelineConfig
+from driver_review.runtime import actors
+from driver_review.runtime.names import ActorRef, actor_name
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class System:
+    instance: str
+    config: PipelineConfig
+    data_dir: str
+    orchestrator: ActorRef
+    governor: ActorRef
+    cache: ActorRef
+    pools: dict[str, ActorRef]
+
+    @classmethod
+    def attach(cls, config: PipelineConfig, instance: str, data_dir: str = "") -> System:
+        """Refs by name to an instance started elsewhere (status, Serve app, jobs)."""
+        return cls(
+            instance, config, data_dir,
+            orchestrator=ActorRef(actor_name(instance, "orchestrator")),
+            governor=ActorRef(actor_name(instance, "governor")),
+            cache=ActorRef(actor_name(instance, "cache")),
+            pools={s: ActorRef(actor_name(instance, "pool", s)) for s in config.stage_names},
+        )
+
+    def all_refs(self) -> list[ActorRef]:
+        return [*self.pools.values(), self.cache, self.orchestrator, self.governor]
+
+
+def start_system(
+    config: PipelineConfig, *, instance: str, data_dir: str, outer_loop: bool = True,
+    autoscale: bool = True,
+) -> System:
+    """Create (or join, by name) every actor of ``instance`` and start the pools."""
+    handles: list[Any] = [
+        actors.governor(config, instance),
+        actors.orchestrator(config, instance, outer_loop=outer_loop),
+        actors.cache(config, instance),
+    ]
+    ray.get(handles[1].ping.remote())
+    pools = [actors.stage_pool(config, instance, s, data_dir, autoscale=autoscale)
+             for s in config.stage_names]
+    ray.get([p.start.remote() for p in pools])
+    return System.attach(config, instance, data_dir)
+
+
+async def stop_system(system: System, *, drain_timeout_s: float = 60.0) -> dict[str, Any]:
+    """Drain the pools, then kill every actor of the instance. Returns the final stats."""
+    final: dict[str, Any] = {"pools": {}}
+    for stage, pool in system.pools.items():
+        try:
+            final["pools"][stage] = await pool.call("stop")
+        except Exception as exc:
+            log.warning("stopping pool %s: %s", stage, exc)
+    for name, ref in (("cache", system.cache), ("governor", system.governor),
+                      ("orchestrator", system.orchestrator)):
+        try:
+            final[name] = await ref.call("stats")
+        except Exception as exc:
+            log.warning("reading %s stats: %s", name, exc)
+    for ref in system.all_refs():
+        with contextlib.suppress(ValueError):  # already gone
+            ray.kill(ray.get_actor(ref.name), no_restart=True)
+    return final

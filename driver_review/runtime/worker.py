@@ -1,0 +1,233 @@
+"""A stage worker: asks for work when it has room, reviews, decides, reports.
+
+GenStage-style demand: the worker never receives what it did not ask for. It asks the
+orchestrator for as many items as it has free in-flight slots (``max_in_flight``), fetches
+the drivers through the shared cache in one call per batch, runs the stage's checks on
+each driver concurrently, PUTs each decision with its idempotency key (driver, version,
+stage), appends a result row, and reports the batch back under its lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+import ray
+
+from driver_review.catalog.models import DecisionRequest, DriverRecord
+from driver_review.checks import build_stage_checks, context_factory, run_stage
+from driver_review.config import PipelineConfig
+from driver_review.errors import CatalogError, Conflict, NotFound
+from driver_review.ledger import Change, Status, Verdict
+from driver_review.orchestrator import ItemResult, Lease
+from driver_review.results import ResultRow, ResultWriter
+from driver_review.runtime.clients import make_catalog
+from driver_review.runtime.names import ActorRef, actor_name
+
+log = logging.getLogger(__name__)
+
+DEMAND_WAIT_S = 1.0
+_VERDICTS = {"approved": Verdict.APPROVED, "rejected": Verdict.REJECTED, "error": Verdict.ERROR}
+_LANES = {0: "fresh", 1: "stale"}
+
+
+class StageWorker:
+    def __init__(
+        self,
+        config: PipelineConfig,
+        *,
+        stage: str,
+        instance: str,
+        name: str,
+        data_dir: str,
+    ) -> None:
+        self.config = config
+        self.stage = stage
+        self.name = name
+        self.stage_index = config.stage_names.index(stage)
+        self.max_in_flight = config.stage(stage).pool.max_in_flight
+        self.checks = build_stage_checks(config)[stage]
+        self.orchestrator = ActorRef(actor_name(instance, "orchestrator"))
+        self.cache = ActorRef(actor_name(instance, "cache"))
+        self.instance = instance
+        self.writer = ResultWriter(
+            data_dir, name=name, rollover_rows=config.results.rollover_rows,
+            rollover_s=config.results.rollover_s,
+        )
+        self.in_flight = 0
+        self.counts: Counter[str] = Counter()
+        self._room = asyncio.Event()
+        self._draining = False
+        self._loop_task: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._catalog: Any = None
+        self._limiter: Any = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> str:
+        if self._loop_task is None:
+            self._catalog, self._limiter = make_catalog(self.config, self.instance)
+            self._ctx = context_factory(self._catalog)
+            self._loop_task = asyncio.get_running_loop().create_task(self._demand_loop())
+        return self.name
+
+    async def drain(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Stop asking for work, finish what is held, flush results. Then safe to kill."""
+        self._draining = True
+        self._room.set()
+        deadline = time.monotonic() + timeout_s
+        while self._tasks and time.monotonic() < deadline:
+            await asyncio.wait(set(self._tasks), timeout=max(0.0, deadline - time.monotonic()))
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+        self.writer.flush()
+        if self._catalog is not None:
+            await self._catalog.aclose()
+        return await self.stats()
+
+    async def stats(self) -> dict[str, Any]:
+        limiter = self._limiter.stats() if self._limiter is not None else {}
+        catalog = self._catalog.stats() if self._catalog is not None else {}
+        return {
+            "name": self.name,
+            "stage": self.stage,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "waiting_for_permit": limiter.get("waiting", 0),
+            "counts": dict(self.counts),
+            "calls": catalog.get("calls", {}),
+            "results_buffered": self.writer.buffered,
+            "results_written": self.writer.rows_written,
+            "draining": self._draining,
+        }
+
+    # -- demand -------------------------------------------------------------------------
+    async def _demand_loop(self) -> None:
+        while not self._draining:
+            free = self.max_in_flight - self.in_flight
+            if free <= 0:
+                self._room.clear()
+                await self._room.wait()
+                continue
+            try:
+                leases: list[Lease] = await self.orchestrator.call(
+                    "demand", self.stage, free, self.name, DEMAND_WAIT_S
+                )
+            except Exception as exc:  # the orchestrator is restarting: ask again shortly
+                log.warning("%s: demand failed: %s", self.name, exc)
+                await asyncio.sleep(1.0)
+                continue
+            for lease in leases:
+                self.in_flight += lease.count
+                task = asyncio.get_running_loop().create_task(self._process(lease))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            if self.writer.due():
+                self.writer.flush()
+
+    async def _process(self, lease: Lease) -> None:
+        keepalive = asyncio.get_running_loop().create_task(self._keep_alive(lease))
+        try:
+            batch = await lease.batch[0]
+            items = batch.to_pylist()
+            fetched = await self.cache.call(
+                "get_many", [(it["driver_id"], it["version"]) for it in items]
+            )
+            results = await asyncio.gather(
+                *(self._review(it, got) for it, got in zip(items, fetched, strict=True))
+            )
+            outcomes = [r[0] for r in results]
+            self.writer.add([r[1] for r in results if r[1] is not None])
+            await self.orchestrator.call("report", lease.lease_id, outcomes)
+        except Exception:
+            # The lease expires and the orchestrator re-queues the batch: nothing is lost.
+            log.exception("%s: lease %s failed", self.name, lease.lease_id)
+            self.counts["lease_failed"] += 1
+        finally:
+            keepalive.cancel()
+            self.in_flight -= lease.count
+            self._room.set()
+
+    async def _keep_alive(self, lease: Lease) -> None:
+        while True:
+            await asyncio.sleep(lease.lease_s / 3)
+            await self.orchestrator.call("extend", [lease.lease_id])
+
+    # -- one driver ---------------------------------------------------------------------
+    async def _review(self, item: dict, got: tuple) -> tuple[ItemResult, ResultRow | None]:
+        started = time.time()
+        driver_id, version, stage = item["driver_id"], item["version"], item["stage"]
+        ref, error = got
+        if ref is None:
+            self.counts["fetch_error"] += 1
+            if error == "NotFound":  # the driver left the catalog: nothing to review
+                return ItemResult(driver_id, version, stage, Verdict.NONE), None
+            return self._error(item, started, {"fetch": error})
+        record: DriverRecord = await ref[0]
+        if record.version != version:
+            # The catalog moved on since this item was queued: review the newest instead.
+            self.counts["moved_on"] += 1
+            return ItemResult(driver_id, version, stage, Verdict.NONE, self._change(record)), None
+        if record.status != "in_review" and item["lane"] == 1:
+            self.counts["confirmed"] += 1
+            row = self._row(item, "confirmed", {}, [], started)
+            return ItemResult(driver_id, version, stage, Verdict.CONFIRMED), row
+        result = await run_stage(record, self.checks, self._ctx)
+        checks = [
+            {"name": c.name, "outcome": c.status, "reason": c.reason, "duration_s": c.duration_s}
+            for c in result.checks
+        ]
+        after: Change | None = None
+        verdict = result.verdict
+        if verdict != "error":
+            try:
+                answer = await self._catalog.put_decision(
+                    driver_id, version, stage,
+                    DecisionRequest(verdict=verdict, reasons=result.reasons),
+                )
+                if answer.updated_at is not None:
+                    after = Change(
+                        driver_id, answer.version, self._stage_index(answer.stage),
+                        Status[answer.status.upper()], answer.updated_at.timestamp(),
+                    )
+            except Conflict:
+                # Someone moved the driver (new version, or decided elsewhere): learn where.
+                self.counts["conflict"] += 1
+                fresh = await self.cache.call("refresh", driver_id)
+                change = self._change(await fresh[0]) if fresh else None
+                return ItemResult(driver_id, version, stage, Verdict.NONE, change), None
+            except (CatalogError, NotFound) as exc:
+                return self._error(item, started, {"decision": str(exc)}, checks)
+        self.counts[verdict] += 1
+        row = self._row(item, verdict, result.reasons, checks, started)
+        return ItemResult(driver_id, version, stage, _VERDICTS[verdict], after), row
+
+    def _stage_index(self, stage: str | None) -> int:
+        return -1 if stage is None else self.config.stage_names.index(stage)
+
+    def _change(self, record: DriverRecord) -> Change:
+        return Change(
+            record.id, record.version, self._stage_index(record.stage),
+            Status[record.status.upper()], record.updated_at.timestamp(),
+        )
+
+    def _error(
+        self, item: dict, started: float, reasons: dict[str, str], checks: list | None = None
+    ) -> tuple[ItemResult, ResultRow]:
+        self.counts["error"] += 1
+        row = self._row(item, "error", reasons, checks or [], started)
+        return ItemResult(item["driver_id"], item["version"], item["stage"], Verdict.ERROR), row
+
+    def _row(
+        self, item: dict, verdict: str, reasons: dict[str, str], checks: list, started: float
+    ) -> ResultRow:
+        now = time.time()
+        return ResultRow(
+            driver_id=item["driver_id"], version=item["version"], stage=item["stage"],
+            verdict=verdict, reasons=reasons, checks=checks, reviewed_at=now,
+            duration_s=now - started, lane=_LANES.get(item["lane"], "fresh"), worker=self.name,
+        )
