@@ -1,0 +1,415 @@
+"""The rate governor: how fast one endpoint key may be called, learnt from its answers.
+
+A plain class without I/O: every method takes ``now`` (a monotonic reading of the caller's
+choice), so the policy is tested on a fake clock and the Ray actor around it only remotes.
+Permits are *leased* in small batches: a :class:`Grant` holds the delays, relative to the
+lease (so it travels between processes whose clocks differ), at which each permit may be
+used. Callers report every response (``observe``) and may ``give_back`` unused permits.
+
+Policy, in order of authority:
+
+1. **Retry-After** on a 429 pauses every permit until then (both forms, RFC 9110). A pause
+   bumps the *epoch*: outstanding grants are void and clients drop what they hold.
+2. **RateLimit headers** (``state == "header"``): the strictest advertised policy
+   ``q / w`` is the rate, times a margin (0.98) that shrinks on a 429 despite it and
+   recovers slowly. ``r=0`` pauses until ``t``. Without a policy, ``r / t`` paces.
+   After ``HEADER_TTL_S`` without headers the advertised rate becomes the discovery
+   estimate below.
+3. **Discovery** otherwise. The limit is bracketed: ``lo`` is a rate held busy for
+   ``HOLD_S`` without a 429, ``hi`` the rate that last drew one.
+
+   - *slow start*: every ``INTERVAL_S`` in which demand kept the permit schedule busy and no
+     429 came, the rate doubles. The first 429 brackets the limit between the last two
+     rates.
+   - on a 429 (``"aimd"`` from then on), ``hi`` becomes the rate we really sent over the
+     last ``MEASURE_WINDOW_S``; if the server visibly served less (``CLIPPED``), ``lo``
+     rises to ``SETTLE`` of what it served. The new rate bisects ``[lo, hi]`` (a
+     multiplicative decrease in effect), or, once the bracket is ``NARROW``, is
+     ``SETTLE * hi``, just under the limit; with no ``lo`` it is ``DECREASE * hi``.
+   - between 429s the rate *probes* up additively: ``PROBE_PER_S`` of ``hi`` per second, a
+     pace that doubles every ``PROBE_DOUBLING_S`` without a 429. A good bracket keeps the
+     rate just under the limit for long stretches (few 429s, each of which costs a whole
+     Retry-After pause); a ``WIDE`` one is bisected upwards after each hold.
+   - ``REPROBE * hi`` reached without a 429 means the limit rose: slow start again.
+
+   Only one decrease per ``HOLDOFF_S`` (or per pause): 429s for requests sent before a
+   decrease say nothing new. Rates stay within ``min_rate``/``max_rate`` of the config.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from driver_review.config import GovernorConfig
+from driver_review.retry import RateLimitInfo, parse_ratelimit, parse_retry_after
+
+State = Literal["slow_start", "aimd", "header", "paused"]
+
+INTERVAL_S = 0.5  # how often the rate is reconsidered (slow start doubles per interval)
+BUSY_FRACTION = 0.8  # demand "saturates" when the schedule was busy this share of the time
+DECREASE = 0.85  # multiplicative decrease on a 429 when nothing better is known
+SETTLE = 0.97  # settle at this share of a limit the server showed us
+CLIPPED = 0.9  # a success rate below this share of the rate shows where the limit is
+NARROW = 0.05  # bounds closer than this share of ``hi`` are done bisecting (down) ...
+WIDE = 0.2  # ... and bounds wider than this share are bisected upwards after a hold
+HOLD_S = 2.0  # busy this long at a rate without a 429: the rate is safe
+PROBE_PER_S = 0.001  # above it, grow by this share of the estimate per second ...
+PROBE_DOUBLING_S = 8.0  # ... a pace that doubles every this long without a 429
+REPROBE = 1.15  # this far above the estimate without a 429: the limit rose
+HOLDOFF_S = 0.5  # after a decrease ignore 429s this long (or to the end of its pause)
+MEASURE_WINDOW_S = 1.0  # success rate is measured over at most this much recent time
+MIN_MEASURE_S = 0.25  # ... and at least this much, else it is noise
+MIN_SAMPLES = 5  # fewer successes than this say nothing about the limit
+RECENT_S = 0.5  # the pace that drew a 429 is that of the permits due this long before it
+LEASE_HORIZON_S = 0.25  # a grant reaches no further ahead than this (beyond its first permit)
+HEADER_TTL_S = 30.0  # header mode lasts this long after the last RateLimit header
+HEADER_MARGIN = 0.98  # pace a little under the advertised rate: arrival jitter
+HEADER_MARGIN_MIN = 0.5
+HEADER_RECOVER_PER_S = 0.002
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Permits leased from a governor.
+
+    ``delays_s[i]`` is when permit ``i`` may be used, in seconds after the lease was made
+    (never negative, non-decreasing). An empty grant means the schedule is full for now:
+    ask again after ``retry_in_s``. ``epoch`` changes whenever the governor voids
+    outstanding grants (a pause or a decrease).
+    """
+
+    grant_id: int
+    epoch: int
+    delays_s: tuple[float, ...]
+    rate: float
+    retry_in_s: float = 0.0
+
+
+class RateGovernor:
+    """Adaptive permit issuer for one endpoint key. Not thread-safe; one owner calls it."""
+
+    def __init__(
+        self,
+        config: GovernorConfig | None = None,
+        *,
+        key: str = "default",
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config or GovernorConfig()
+        self.key = key
+        self._wall_clock = wall_clock  # only to read HTTP-date Retry-After values
+        self._rate = self._clamp(self.config.initial_rate)
+        self._mode: State = "slow_start"
+        # The limit lies between ``lo`` (held without 429s) and ``hi`` (drew a 429).
+        self._lo: float | None = None
+        self._hi: float | None = None
+        self._held_s = 0.0  # busy time without a 429 since the rate was ``_hold_rate``
+        self._hold_rate = self._rate
+        self._decreased_at = -math.inf
+        self._epoch = 0
+        self._next_slot = -math.inf
+        self._paused_until = -math.inf
+        self._last_now = 0.0
+        # Rate reconsideration interval and how busy the schedule was in it.
+        self._interval_start: float | None = None
+        self._idle_s = 0.0
+        self._idle_mark = -math.inf
+        self._last_decrease_until = -math.inf
+        self._saw_429_in_interval = False
+        self._answered = 0  # responses observed in this interval
+        self._successes: deque[float] = deque()  # when responses other than 429 came
+        self._slots: deque[tuple[float, float]] = deque()  # (permit due at, rate issued at)
+        self._doublings: deque[float] = deque(maxlen=2)
+        self._header_rate: float | None = None
+        self._header_seen_at = -math.inf
+        self._header_margin = HEADER_MARGIN
+        self._last_grant: tuple[int, int] | None = None  # (id, epoch) of the schedule's tail
+        self._origin = -math.inf
+        self._grant_id = 0
+        self._n = {"grants": 0, "permits": 0, "returned": 0, "429s": 0, "ok": 0, "decreases": 0}
+
+    # --- leasing ----------------------------------------------------------------------
+    def lease(self, n: int, now: float) -> Grant:
+        """Up to ``n`` permits spaced at the current rate, none beyond the lease horizon.
+
+        Permits far in the future would outlive a change of rate (and let one eager caller
+        queue up the schedule), so a full schedule answers an empty grant saying when to
+        ask again.
+        """
+        if n < 1:
+            raise ValueError(f"lease: n must be >= 1, got {n}")
+        self._tick(now)
+        self._account_idle(now)
+        spacing_s = 1.0 / self._rate
+        start = max(now, self._next_slot, self._paused_until)
+        horizon = now + LEASE_HORIZON_S
+        # As many as asked if they fit in an idle schedule; a busy one waits until they do,
+        # so leases stay batches instead of one permit per round trip.
+        count = min(n, 1 + int(LEASE_HORIZON_S / spacing_s))
+        self._grant_id += 1
+        last = start + (count - 1) * spacing_s
+        if last > horizon + 1e-9:
+            return Grant(self._grant_id, self._epoch, (), self._rate, retry_in_s=last - horizon)
+        self._next_slot = start + count * spacing_s
+        self._last_grant = (self._grant_id, self._epoch)
+        self._n["grants"] += 1
+        self._n["permits"] += count
+        delays = tuple(start - now + i * spacing_s for i in range(count))
+        self._slots.extend((now + d, self._rate) for d in delays)
+        return Grant(self._grant_id, self._epoch, delays, self._rate)
+
+    def give_back(self, grant: Grant, unused: int, now: float) -> None:
+        """Return the last ``unused`` permits of ``grant``. Only the newest grant of the
+        epoch is the schedule's tail and can be rewound; others are lost (errs slow)."""
+        self._n["returned"] += max(0, unused)
+        if unused <= 0 or self._last_grant != (grant.grant_id, grant.epoch):
+            return
+        unused = min(unused, len(grant.delays_s))
+        rewound = self._next_slot - unused / grant.rate
+        self._next_slot = max(rewound, now, self._paused_until)
+        self._last_grant = None
+
+    # --- feedback ---------------------------------------------------------------------
+    def observe(self, status: int, headers: Mapping[str, str], now: float) -> int:
+        """Account one response; returns the epoch (a change voids held grants)."""
+        self._tick(now)
+        self._answered += 1
+        info = parse_ratelimit(headers) if headers else None
+        if status == 429:
+            retry_after_s = parse_retry_after(_header(headers, "retry-after"), self._wall_clock())
+            if retry_after_s is None and info is not None:
+                # Retry-After takes precedence; without it the effective window says when.
+                tight = info.tightest()
+                retry_after_s = tight.reset_s if tight and tight.remaining == 0 else None
+            self.on_429(retry_after_s, now, header_mode=info is not None)
+        else:
+            self._n["ok"] += 1
+            self._successes.append(now)
+        if info is not None:
+            self._use_headers(info, now)
+        return self._epoch
+
+    def on_429(self, retry_after_s: float | None, now: float, *, header_mode: bool = False) -> int:
+        """A 429 (with the server's Retry-After, if any); returns the epoch."""
+        self._tick(now)
+        self._n["429s"] += 1
+        self._saw_429_in_interval = True
+        # Measured before the pause below moves the window.
+        measured, pace = self._measured_rate(now), self._recent_pace(now)
+        if retry_after_s is not None and retry_after_s > 0:
+            self._pause(now + retry_after_s)
+        if now < self._last_decrease_until:
+            return self._epoch
+        if header_mode or self._mode == "header":
+            # The server's own numbers were too generous for our arrival pattern.
+            self._header_margin = max(HEADER_MARGIN_MIN, self._header_margin * 0.9)
+            if self._header_rate is not None:
+                self._rate = self._clamp(self._header_rate * self._header_margin)
+        else:
+            self._rate = self._clamp(self._after_429(measured, pace))
+            self._mode = "aimd"
+            self._held_s, self._hold_rate = 0.0, self._rate
+            self._decreased_at = max(now, self._paused_until)
+        self._n["decreases"] += 1
+        self._last_decrease_until = max(now + HOLDOFF_S, self._paused_until)
+        self._void_grants(now)
+        return self._epoch
+
+    # --- reading ----------------------------------------------------------------------
+    @property
+    def rate(self) -> float:
+        return self._rate
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def state(self, now: float | None = None) -> State:
+        now = self._last_now if now is None else now
+        return "paused" if now < self._paused_until else self._mode
+
+    def paused_for_s(self, now: float) -> float:
+        return max(0.0, self._paused_until - now)
+
+    def stats(self, now: float | None = None) -> dict[str, Any]:
+        now = self._last_now if now is None else now
+        return {
+            "key": self.key,
+            "state": self.state(now),
+            "rate": self._rate,
+            "limit_estimate": self._hi,
+            "safe_rate": self._lo,
+            "header_rate": self._header_rate,
+            "paused_for_s": self.paused_for_s(now),
+            "epoch": self._epoch,
+            **self._n,
+        }
+
+    # --- internals --------------------------------------------------------------------
+    def _clamp(self, rate: float) -> float:
+        return min(self.config.max_rate, max(self.config.min_rate, rate))
+
+    def _pause(self, until: float) -> None:
+        if until > self._paused_until:
+            self._paused_until = until
+            self._next_slot = max(self._next_slot, until)
+            self._epoch += 1
+
+    def _void_grants(self, now: float) -> None:
+        self._epoch += 1
+        self._next_slot = max(now, self._paused_until)
+        self._last_grant = None
+
+    def _account_idle(self, now: float) -> None:
+        """Add the time since the schedule ran dry (if it did) to this interval's idle time."""
+        start = max(self._next_slot, self._idle_mark, self._paused_until)
+        if now > start:
+            self._idle_s += now - start
+        self._idle_mark = max(self._idle_mark, now)
+
+    def _recent_pace(self, now: float) -> float:
+        """The pace of the permits due just before ``now``: what the server just saw. After
+        a doubling the schedule still holds permits at the old pace for a while."""
+        paces = [r for t, r in self._slots if now - RECENT_S <= t <= now]
+        return max(paces) if paces else self._rate
+
+    def _measured_rate(self, now: float) -> tuple[float, float, int] | None:
+        """Successes per second since sending reached its present pace (at most 1 s back).
+
+        Permits leased before a doubling still arrive at the old spacing for up to the lease
+        horizon, so the window starts that long after the latest doubling that leaves
+        enough time to measure.
+        """
+        start = max(now - MEASURE_WINDOW_S, self._paused_until, self._origin)
+        for doubled_at in reversed(self._doublings):
+            if now - (doubled_at + LEASE_HORIZON_S) >= MIN_MEASURE_S:
+                start = max(start, doubled_at + LEASE_HORIZON_S)
+                break
+        span_s = now - start
+        if span_s < MIN_MEASURE_S:
+            return None
+        served = sum(1 for t in self._successes if t >= start)
+        offered = sum(1 for t, _ in self._slots if start <= t <= now)
+        return served / span_s, offered / span_s, served
+
+    def _use_headers(self, info: RateLimitInfo, now: float) -> None:
+        self._header_seen_at = now
+        policy_rate = info.rate_per_s()
+        tight = info.tightest()
+        if policy_rate is not None:
+            self._header_rate = policy_rate
+            self._rate = self._clamp(policy_rate * self._header_margin)
+        elif tight is not None and tight.reset_s:
+            self._rate = self._clamp(tight.remaining / tight.reset_s * self._header_margin)
+        self._mode = "header"
+        if tight is not None and tight.remaining == 0 and tight.reset_s:
+            self._pause(now + tight.reset_s)
+
+    def _tick(self, now: float) -> None:
+        """Let time act on the rate: one step per elapsed interval of activity."""
+        self._last_now = max(self._last_now, now)
+        horizon = now - MEASURE_WINDOW_S - LEASE_HORIZON_S  # older entries are never read
+        while self._successes and self._successes[0] < horizon:
+            self._successes.popleft()
+        while self._slots and self._slots[0][0] < horizon:
+            self._slots.popleft()
+        if self._interval_start is None:
+            self._interval_start = self._origin = now
+            self._idle_mark = now
+        if now < self._paused_until:
+            return
+        if self._interval_start < self._paused_until:
+            self._start_interval(self._paused_until)  # a pause is not an interval of demand
+        elapsed_s = now - self._interval_start
+        if elapsed_s < INTERVAL_S:
+            return
+        self._account_idle(now)
+        # Demand saturates the rate when the schedule stayed full and the answers kept up
+        # with it (a client short of CPU leases permits it cannot spend on time).
+        busy = (
+            self._idle_s <= (1.0 - BUSY_FRACTION) * elapsed_s
+            and self._answered >= BUSY_FRACTION * self._rate * elapsed_s
+        )
+        if self._mode == "header":
+            self._header_step(now, elapsed_s)
+        elif busy and not self._saw_429_in_interval:
+            if self._mode == "slow_start":
+                self._rate = self._clamp(self._rate * 2.0)
+                self._doublings.append(now)
+            else:
+                self._increase(now, elapsed_s)
+        self._start_interval(now)
+
+    def _start_interval(self, at: float) -> None:
+        self._interval_start = at
+        self._idle_s = 0.0
+        self._idle_mark = at
+        self._saw_429_in_interval = False
+        self._answered = 0
+
+    def _after_429(self, measured: tuple[float, float, int] | None, pace: float) -> float:
+        """The new rate, after narrowing the bounds on the limit with this 429."""
+        served, offered, n_served = measured or (0.0, 0.0, 0)
+        sent = pace
+        if self._mode == "slow_start" and self._lo is None:
+            self._lo = sent / 2  # the rate before the last doubling went without a 429
+        if n_served >= MIN_SAMPLES and served < CLIPPED * offered:
+            # The server visibly served less than we sent: it can sustain about that much.
+            self._lo = max(self._lo or 0.0, SETTLE * served)
+        self._hi = sent
+        if self._lo is not None and self._lo >= sent:
+            self._lo = None  # a 429 at a rate once safe: the limit dropped
+        if self._lo is None:
+            return DECREASE * sent
+        if sent - self._lo <= NARROW * sent:
+            # Done bisecting: settle just under the 429 (a burst allowance can make a rate
+            # look safe that is not quite), then probe slowly.
+            self._lo = min(self._lo, SETTLE * sent)
+            return self._lo
+        # Bisect, a little low: landing right on the limit would make the probe cross it.
+        return SETTLE * (self._lo + sent) / 2
+
+    def _increase(self, now: float, elapsed_s: float) -> None:
+        # A rate is safe once sending went on at least that fast for HOLD_S without a 429.
+        self._held_s += elapsed_s
+        if self._held_s >= HOLD_S:
+            if self._lo is None or self._hold_rate > self._lo:
+                self._lo = self._hold_rate
+            self._held_s, self._hold_rate = 0.0, self._rate
+            if (
+                self._lo is not None
+                and self._hi is not None
+                and self._hi - self._lo > WIDE * self._hi
+            ):
+                # Far below the last 429 and safe here: bisect upwards.
+                self._rate = self._hold_rate = self._clamp((self._lo + self._hi) / 2)
+                return
+        hi = max(self._hi or self._rate, self.config.min_rate)
+        # The probe starts slow and doubles its pace every PROBE_DOUBLING_S without a 429: a
+        # good estimate keeps the rate just under the limit for long, a stale one is soon left.
+        probing_s = max(0.0, now - self._decreased_at)
+        step = PROBE_PER_S * 2 ** (probing_s / PROBE_DOUBLING_S) * hi * elapsed_s
+        self._rate = self._clamp(self._rate + step)
+        if self._rate > REPROBE * hi:
+            self._mode, self._hi = "slow_start", None  # the limit rose: find it again
+
+    def _header_step(self, now: float, elapsed_s: float) -> None:
+        if now - self._header_seen_at > HEADER_TTL_S:
+            self._mode = "aimd"
+            self._hi = self._header_rate
+            return
+        self._header_margin = min(
+            HEADER_MARGIN, self._header_margin + HEADER_RECOVER_PER_S * elapsed_s
+        )
+        if self._header_rate is not None:
+            self._rate = self._clamp(self._header_rate * self._header_margin)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """Case-insensitive, for plain dicts as well as ``httpx.Headers``."""
+    return next((v for k, v in headers.items() if k.lower() == name), None)

@@ -1,0 +1,146 @@
+"""Client side of the rate governor: spend leased permits on time.
+
+:class:`PermitBucket` holds the current :class:`~driver_review.governor.Grant` of one
+process and hands its permits out in order; it knows nothing about where grants come
+from — a ``lease`` coroutine function — so the same bucket serves an in-process governor
+(:class:`LocalLimiter`) and, later, a governor actor reached through Ray.
+
+Grants carry delays relative to the lease; the bucket anchors them on its own monotonic
+clock when the grant arrives, so a remote governor's clock never matters (a slow round
+trip only makes permits later, never earlier). When the governor voids grants (its epoch
+changes, e.g. on a 429 with Retry-After) the bucket drops what it holds, and coroutines
+already sleeping on a dropped permit take a fresh one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from driver_review.governor import Grant, RateGovernor
+
+LeaseFn = Callable[[int], Awaitable[Grant]]
+GiveBackFn = Callable[[Grant, int], Awaitable[None]]
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class PermitBucket:
+    """Permits of the current grant, leased ``batch`` at a time when the bucket runs dry."""
+
+    def __init__(
+        self,
+        lease: LeaseFn,
+        *,
+        batch: int,
+        give_back: GiveBackFn | None = None,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        self._lease = lease
+        self._give_back = give_back
+        self._batch = batch
+        self._clock = clock
+        self._sleep = sleep
+        self._times: deque[float] = deque()  # local monotonic times of held permits
+        self._grant: Grant | None = None
+        self._generation = 0  # bumped when held permits are dropped
+        self._lock = asyncio.Lock()  # one lease in flight at a time
+        self._n = {"acquired": 0, "leases": 0, "dropped": 0, "empty_grants": 0}
+
+    async def acquire(self) -> None:
+        """Wait until this caller may send one request."""
+        while True:
+            async with self._lock:
+                while not self._times:
+                    await self._refill()
+                at = self._times.popleft()
+                generation = self._generation
+            delay_s = at - self._clock()
+            if delay_s > 0:
+                await self._sleep(delay_s)
+            if generation == self._generation:
+                self._n["acquired"] += 1
+                return
+            # The permit was voided while we slept on it: take a fresh one.
+
+    async def _refill(self) -> None:
+        grant = await self._lease(self._batch)
+        self._n["leases"] += 1
+        if not grant.delays_s:
+            # The governor's schedule is full (or paused): ask again when it has room.
+            self._n["empty_grants"] += 1
+            await self._sleep(max(grant.retry_in_s, 0.001))
+            return
+        base = self._clock()
+        self._grant = grant
+        self._times.extend(base + d for d in grant.delays_s)
+
+    def note_epoch(self, epoch: int) -> None:
+        """The governor's current epoch; a change voids the permits held here."""
+        if self._grant is not None and epoch != self._grant.epoch:
+            self.drop()
+
+    def drop(self) -> int:
+        """Forget held permits (and wake nobody: sleepers notice on waking)."""
+        dropped = len(self._times)
+        self._n["dropped"] += dropped
+        self._times.clear()
+        self._grant = None
+        self._generation += 1
+        return dropped
+
+    async def aclose(self) -> None:
+        """Give unused permits back so they are not lost to the other callers."""
+        grant, unused = self._grant, len(self._times)
+        self.drop()
+        if grant is not None and unused and self._give_back is not None:
+            await self._give_back(grant, unused)
+
+    def stats(self) -> dict[str, Any]:
+        return {"held": len(self._times), **self._n}
+
+
+class LocalLimiter:
+    """The :class:`~driver_review.catalog.base.Limiter` over a governor in this process."""
+
+    def __init__(
+        self,
+        governor: RateGovernor,
+        *,
+        batch: int | None = None,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.governor = governor
+        self._clock = clock
+        self._bucket = PermitBucket(
+            self._lease,
+            batch=batch or governor.config.lease_size,
+            give_back=self._give_back,
+            clock=clock,
+            sleep=sleep,
+        )
+
+    async def _lease(self, n: int) -> Grant:
+        return self.governor.lease(n, self._clock())
+
+    async def _give_back(self, grant: Grant, unused: int) -> None:
+        self.governor.give_back(grant, unused, self._clock())
+
+    async def acquire(self) -> None:
+        await self._bucket.acquire()
+
+    def observe(self, status: int, headers: Mapping[str, str]) -> None:
+        self._bucket.note_epoch(self.governor.observe(status, headers, self._clock()))
+
+    async def aclose(self) -> None:
+        await self._bucket.aclose()
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.governor.stats(self._clock()), "bucket": self._bucket.stats()}

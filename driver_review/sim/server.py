@@ -1,0 +1,143 @@
+"""Start and stop the simulated catalog: in a background thread (tests, demo, benchmark)
+or in the foreground until Ctrl-C (``driver-review sim``).
+
+Shutdown order: hanging "timeout" faults are released, the server stops accepting,
+in-flight requests get ``GRACEFUL_SHUTDOWN_S``, then the lifespan stops the change
+generator and after it the webhook sender; the thread is joined.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+import threading
+import time
+from types import FrameType, TracebackType
+from typing import TextIO
+
+import uvicorn
+
+from driver_review.sim.app import create_app
+from driver_review.sim.edge import Edge
+from driver_review.sim.faults import TransportH11Protocol
+from driver_review.sim.settings import SimSettings
+from driver_review.sim.state import CatalogState
+
+__all__ = ["SimServer", "SimSettings", "serve_forever"]
+
+GRACEFUL_SHUTDOWN_S = 1.0
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+
+
+class SimServer:
+    """One simulated catalog on ``settings.host``; ``url`` is known once ``start`` returns."""
+
+    def __init__(self, settings: SimSettings) -> None:
+        self.settings = settings
+        self.state = CatalogState(
+            drivers=settings.drivers, seed=settings.seed, package_size=settings.package_size
+        )
+        self.url = ""
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._sock: socket.socket | None = None
+        self._app: Edge | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> SimServer:
+        with self._lock:
+            if self._server is not None:
+                return self
+            sock = _bind(self.settings.host, self.settings.port)
+            host, port = sock.getsockname()[:2]
+            self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+            self._app = create_app(self.settings, self.state)
+            config = uvicorn.Config(
+                self._app,
+                http=TransportH11Protocol,
+                loop="asyncio",
+                lifespan="on",
+                log_level="warning",
+                access_log=False,
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+            )
+            server = uvicorn.Server(config)
+            thread = threading.Thread(
+                target=server.run, kwargs={"sockets": [sock]}, name=f"sim-{port}", daemon=True
+            )
+            self._server, self._thread, self._sock = server, thread, sock
+            thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"simulated catalog did not start on {self.url}")
+            time.sleep(0.005)
+        return self
+
+    def stop(self) -> None:
+        with self._lock:
+            server, thread, sock = self._server, self._thread, self._sock
+            self._server = self._thread = self._sock = None
+        if self._app is not None:
+            self._app.release_hung()
+        if server is not None:
+            server.should_exit = True
+        if thread is not None:
+            thread.join(STOP_TIMEOUT_S)
+        if sock is not None:
+            sock.close()
+
+    def __enter__(self) -> SimServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # fmt: skip
+        self.stop()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted connections only
+    # when the listening socket says so, and without it every response stalls ~40 ms
+    # (Nagle's algorithm against delayed ACKs).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+def serve_forever(settings: SimSettings, *, out: TextIO = sys.stdout) -> None:
+    """Serve until SIGINT/SIGTERM, then stop cleanly. Call from the main thread."""
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with SimServer(settings) as server:
+            url = server.url
+            print(
+                f"simulated catalog: {len(server.state)} drivers (seed {settings.seed}) at {url}"
+                f"  (truth: {url}/_sim/truth, stats: {url}/_sim/stats; Ctrl-C stops)",
+                file=out,
+                flush=True,
+            )
+            while server.running and not stop.wait(0.5):
+                pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,96 @@
+"""Settings of the simulated catalog: one pydantic model, validated once at construction.
+
+A wrong value raises :class:`~driver_review.errors.ConfigError` with a one-line message
+naming the field (``sim setting rate_limit: Input should be greater than 0``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from driver_review.errors import ConfigError
+from driver_review.webhooks import decode_secret
+
+Share = Annotated[float, Field(ge=0.0, le=1.0)]
+NonNegative = Annotated[float, Field(ge=0.0)]
+
+
+class SimSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: Annotated[str, Field(min_length=1)] = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 0  # 0 = an ephemeral port
+    drivers: Annotated[int, Field(ge=1, le=2_000_000)] = 1000
+    seed: int = 0
+    rate_limit: Annotated[float, Field(gt=0)] | None = None  # requests/s over all /v1 routes
+    rate_burst: Annotated[int, Field(ge=1)] | None = None  # default max(1, ceil(rate/5))
+    retry_after_format: Literal["seconds", "http-date"] = "seconds"
+    ratelimit_headers: bool = False  # IETF RateLimit / RateLimit-Policy on /v1 responses
+    latency_ms: NonNegative = 0.0
+    latency_jitter_ms: NonNegative | None = None  # default latency_ms / 4
+    fault_rate: Share = 0.0
+    fault_timeout_s: Annotated[float, Field(gt=0)] = 15.0  # how long a "timeout" fault hangs
+    update_rate: NonNegative = 0.0  # generated changes per second
+    burst_every_s: Annotated[float, Field(gt=0)] | None = None
+    burst_size: Annotated[int, Field(ge=1)] = 50
+    webhook_url: str | None = None
+    webhook_secret: str | None = None  # whsec_...
+    webhook_drop_rate: Share = 0.0
+    fat_pings: bool = False
+    package_size: Annotated[int, Field(ge=1, le=256 * 1024 * 1024)] = 16384  # bytes
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise SettingError.from_validation(exc) from None
+
+    @model_validator(mode="after")
+    def _webhooks(self) -> Self:
+        if self.webhook_url is not None:
+            if not self.webhook_url.startswith(("http://", "https://")):
+                raise ValueError("webhook_url: must be an http:// or https:// URL")
+            if not self.webhook_secret:
+                raise ValueError("webhook_secret: required with webhook_url")
+        if self.webhook_secret is not None:
+            try:
+                decode_secret(self.webhook_secret)
+            except ConfigError as exc:
+                detail = str(exc).removeprefix("webhook secret: ")
+                raise ValueError(f"webhook_secret: {detail}") from None
+        return self
+
+    @property
+    def burst(self) -> int:
+        """Token-bucket capacity in effect (only meaningful with a rate limit)."""
+        if self.rate_burst is not None:
+            return self.rate_burst
+        return max(1, math.ceil((self.rate_limit or 1.0) / 5))
+
+    @property
+    def jitter_ms(self) -> float:
+        return self.latency_ms / 4 if self.latency_jitter_ms is None else self.latency_jitter_ms
+
+
+class SettingError(ConfigError):
+    """A wrong sim setting; ``field`` names it, so a CLI can name its flag instead."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"sim setting {field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+    @classmethod
+    def from_validation(cls, exc: ValidationError) -> SettingError:
+        err = exc.errors()[0]
+        problem = str(err["msg"]).removeprefix("Value error, ")
+        field = ".".join(str(p) for p in err["loc"])
+        if not field and ": " in problem:
+            # A model-level check names its field at the start of its message.
+            field, problem = problem.split(": ", 1)
+        if exc.error_count() > 1:
+            problem += f" (and {exc.error_count() - 1} more)"
+        return cls(field or "(settings)", problem)

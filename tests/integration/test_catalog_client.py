@@ -1,0 +1,249 @@
+"""HttpCatalog and the local rate governor against the real simulated catalog on loopback.
+
+No Ray here: one process, one event loop per test. Every load loop is bounded both in
+requests and in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import random
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from driver_review.catalog.http import HttpCatalog
+from driver_review.catalog.models import CheckResponse, DecisionRequest, DriverRecord
+from driver_review.config import CatalogConfig, GovernorConfig
+from driver_review.errors import CatalogError
+from driver_review.governor import RateGovernor
+from driver_review.limiter import LocalLimiter
+from driver_review.retry import parse_retry_after
+from driver_review.sim import SimSettings
+
+EXTERNAL_CHECKS = ("malware_scan", "crash_telemetry", "hwid_conflicts")
+
+
+def truth(url: str) -> dict[str, dict[str, Any]]:
+    return httpx.get(f"{url}/_sim/truth", timeout=30).json()["drivers"]
+
+
+def sim_stats(url: str) -> dict[str, Any]:
+    return httpx.get(f"{url}/_sim/stats", timeout=30).json()
+
+
+# --- paging, changes, ETags --------------------------------------------------------------
+
+
+def test_paging_and_changes_since_are_complete_and_ordered(sim_factory) -> None:
+    sim = sim_factory(SimSettings(drivers=1234, seed=5))
+
+    async def main() -> tuple[list[Any], list[Any], list[Any]]:
+        catalog = HttpCatalog(CatalogConfig(url=sim.url, page_size=100))
+        try:
+            listed = [s async for s in catalog.iter_drivers()]
+            epoch = datetime(1970, 1, 1, tzinfo=UTC)
+            changed = [s async for s in catalog.changes_since(epoch)]
+            middle = sorted(s.updated_at for s in listed)[len(listed) // 2]
+            later = [s async for s in catalog.changes_since(middle)]
+            return listed, changed, later
+        finally:
+            await catalog.aclose()
+
+    listed, changed, later = asyncio.run(main())
+    expected = sorted(truth(sim.url))
+    assert [s.id for s in listed] == expected  # every driver once, in id order
+    assert sorted(s.id for s in changed) == expected
+    keys = [(s.updated_at, s.id) for s in changed]
+    assert keys == sorted(keys)  # change-time order
+    middle = sorted(s.updated_at for s in listed)[len(listed) // 2]
+    assert {s.id for s in later} == {s.id for s in listed if s.updated_at > middle}
+    assert all(s.updated_at > middle for s in later)
+
+
+def test_an_unchanged_driver_answers_304_to_its_etag(sim_factory) -> None:
+    sim = sim_factory(SimSettings(drivers=20, seed=1))
+
+    async def main() -> tuple[Any, Any, Any]:
+        catalog = HttpCatalog(CatalogConfig(url=sim.url))
+        try:
+            first = await catalog.get_driver("drv-000003")
+            again = await catalog.get_driver("drv-000003", etag=first[1])
+            stale = await catalog.get_driver("drv-000003", etag='"not-the-etag"')
+            return first, again, stale
+        finally:
+            await catalog.aclose()
+
+    (record, etag), again, (stale_record, _) = asyncio.run(main())
+    assert isinstance(record, DriverRecord) and etag
+    assert again == (None, etag)
+    assert stale_record == record
+    assert sim_stats(sim.url)["driver_not_modified"] == 1
+
+
+# --- rate: discovery and Retry-After -----------------------------------------------------
+
+
+def test_local_limiter_converges_near_an_undisclosed_limit(sim_factory) -> None:
+    """50 req/s, no headers: the governor must find the rate by itself."""
+    sim = sim_factory(SimSettings(drivers=500, seed=2, rate_limit=50, latency_ms=5))
+    warmup_s, measure_s, workers, max_requests = 6.0, 9.0, 24, 4000
+    answers: list[tuple[float, int | None]] = []
+    governor = RateGovernor(GovernorConfig())
+
+    async def main() -> None:
+        limiter = LocalLimiter(governor)
+        catalog = HttpCatalog(
+            CatalogConfig(url=sim.url, timeout_s=5, max_attempts=3),
+            limiter=limiter,
+            on_response=lambda route, status, _: answers.append((time.monotonic(), status)),
+        )
+        deadline = time.monotonic() + warmup_s + measure_s
+        ids = [f"drv-{i:06d}" for i in range(1, 501)]
+        rng = random.Random(3)
+
+        async def worker() -> None:
+            while time.monotonic() < deadline and len(answers) < max_requests:
+                with contextlib.suppress(CatalogError):  # exhausted retries: keep going
+                    await catalog.get_driver(rng.choice(ids))
+
+        try:
+            await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(workers))), 60)
+        finally:
+            await limiter.aclose()
+            await catalog.aclose()
+
+    started = time.monotonic()
+    asyncio.run(main())
+    window = [s for t, s in answers if started + warmup_s <= t < started + warmup_s + measure_s]
+    served = sum(1 for s in window if s == 200) / measure_s
+    share_window = sum(1 for s in window if s == 429) / max(1, len(window))
+    share_all = sum(1 for _, s in answers if s == 429) / max(1, len(answers))
+    print(
+        f"\nconvergence at rate_limit=50: served {served:.2f} req/s over {measure_s:.0f} s "
+        f"after {warmup_s:.0f} s warm-up; 429 share {share_window:.2%} in window, "
+        f"{share_all:.2%} overall ({len(answers)} requests); governor {governor.stats()}"
+    )
+    assert 40 <= served <= 55
+    assert share_window <= 0.05 and share_all <= 0.05
+
+
+@pytest.mark.parametrize("fmt", ["seconds", "http-date"])
+def test_retry_after_is_honoured_by_client_and_governor(sim_factory, fmt: str) -> None:
+    sim = sim_factory(SimSettings(drivers=50, seed=4, rate_limit=4, retry_after_format=fmt))
+    sends: list[tuple[float, int | None]] = []  # (sent at, status)
+    pauses: list[tuple[float, float]] = []  # (429 seen at, Retry-After in seconds)
+    sleeps: list[float] = []
+    governor = RateGovernor(GovernorConfig(initial_rate=40, min_rate=1))
+
+    class Recording(LocalLimiter):
+        def observe(self, status: int, headers: Mapping[str, str]) -> None:
+            if status == 429:
+                delay = parse_retry_after(headers.get("retry-after"), time.time())
+                assert delay is not None and delay >= 1.0
+                pauses.append((time.monotonic(), delay))
+            super().observe(status, headers)
+
+    async def sleep(delay_s: float) -> None:
+        sleeps.append(delay_s)
+        await asyncio.sleep(delay_s)
+
+    async def main() -> list[Any]:
+        limiter = Recording(governor)
+        catalog = HttpCatalog(
+            CatalogConfig(url=sim.url, max_attempts=4),
+            limiter=limiter,
+            sleep=sleep,
+            on_response=lambda _, status, elapsed_s: sends.append(
+                (time.monotonic() - elapsed_s, status)
+            ),
+        )
+        try:
+            calls = [catalog.get_driver(f"drv-{i:06d}") for i in range(1, 7)]
+            return await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 60)
+        finally:
+            await limiter.aclose()
+            await catalog.aclose()
+
+    asyncio.run(main())
+    print(f"\nRetry-After ({fmt}): pauses {pauses}, client sleeps {sleeps}")
+    assert pauses, "the burst should have met the limit"
+    # The client slept exactly what the server asked (an HTTP-date is re-read against the
+    # wall clock, so allow for the time between reading the header twice).
+    assert any(abs(s - d) < 0.05 for s in sleeps for _, d in pauses)
+    # No request left during any pause, except ones already on the way when it began.
+    for seen_at, delay in pauses:
+        inside = [t for t, _ in sends if seen_at + 0.02 < t < seen_at + delay - 0.05]
+        assert inside == [], f"sent during a {delay:.2f} s pause: {inside}"
+    assert sim_stats(sim.url)["rate_limited"] == sum(1 for _, s in sends if s == 429)
+
+
+# --- faults -----------------------------------------------------------------------------
+
+
+def test_under_faults_every_call_answers_truly_or_raises_a_catalog_error(sim_factory) -> None:
+    sim = sim_factory(SimSettings(drivers=60, seed=9, fault_rate=0.2, fault_timeout_s=5))
+    expected = truth(sim.url)
+    outcomes: dict[str, int] = {"answered": 0, "catalog_error": 0}
+    wrong: list[str] = []
+    decided: list[bool] = []
+
+    async def main() -> None:
+        catalog = HttpCatalog(
+            CatalogConfig(url=sim.url, timeout_s=1.0, max_attempts=6, backoff_base_s=0.01)
+        )
+        gate = asyncio.Semaphore(16)
+
+        async def one_driver(driver_id: str) -> None:
+            async with gate:
+                try:
+                    record, _ = await catalog.get_driver(driver_id)
+                    assert record is not None
+                    blob = await catalog.get_package(driver_id, version=record.version)
+                    digest_ok = hashlib.sha256(blob).hexdigest() == record.package.sha256
+                    if digest_ok != (expected[driver_id]["check"] != "package_digest"):
+                        wrong.append(f"{driver_id}: package digest ok={digest_ok}")
+                    for check in EXTERNAL_CHECKS:
+                        answer = await catalog.run_check(check, driver_id, record.version)
+                        assert isinstance(answer, CheckResponse)
+                        should_pass = expected[driver_id]["check"] != check
+                        if answer.passed != should_pass:
+                            wrong.append(f"{driver_id} {check}: passed={answer.passed}")
+                    if record.status == "in_review" and record.stage is not None:
+                        # Idempotent PUT: a response lost after processing is retried and
+                        # comes back as a duplicate, never as an error.
+                        decision = DecisionRequest(verdict="approved")
+                        put = await catalog.put_decision(
+                            driver_id, record.version, record.stage, decision
+                        )
+                        decided.append(put.duplicate)
+                    outcomes["answered"] += 1
+                except CatalogError:
+                    outcomes["catalog_error"] += 1
+
+        try:
+            ids = sorted(expected)
+            await asyncio.wait_for(asyncio.gather(*(one_driver(i) for i in ids)), 120)
+            since = datetime.now(UTC) - timedelta(days=36500)
+            listed = [s.id async for s in catalog.changes_since(since)]
+            assert sorted(listed) == ids
+        finally:
+            await catalog.aclose()
+
+    asyncio.run(main())
+    stats = sim_stats(sim.url)
+    print(
+        f"\nfaults injected: {stats['faults']}; outcomes: {outcomes}; "
+        f"decisions {len(decided)} ({sum(decided)} answered as duplicates)"
+    )
+    assert sum(stats["faults"].values()) >= 20  # the faults really happened
+    assert wrong == []
+    assert outcomes["answered"] + outcomes["catalog_error"] == len(expected)
+    assert outcomes["answered"] >= len(expected) - 2  # six attempts make failures rare
+    assert len(decided) >= 30 and stats["decisions"] == len(decided)

@@ -1,0 +1,59 @@
+"""The batch sweep end to end: real local Ray, the simulated catalog on loopback."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from driver_review.config import load_config
+from driver_review.results import read_results
+from driver_review.sim import SimSettings
+from driver_review.sweep import SweepOptions, run_sweep
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
+
+
+def _fast_config(url: str, **pool):
+    cfg = load_config()
+    return cfg.with_overrides(
+        catalog={"url": url, "timeout_s": 5.0},
+        window={"lease_s": 30.0, "batch_size": 32},
+        results={"rollover_s": 2.0},
+    )
+
+
+def _state_matches_truth(url: str) -> tuple[int, list[str]]:
+    truth = httpx.get(f"{url}/_sim/truth", timeout=30).json()["drivers"]
+    state = httpx.get(f"{url}/_sim/state", timeout=30).json()["drivers"]
+    wrong = [
+        d for d, t in truth.items()
+        if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])
+    ]
+    return len(truth), wrong
+
+
+@pytest.mark.timeout(600)
+def test_sweep_of_2000_drivers_at_an_undisclosed_rate_limit(sim_factory, tmp_path) -> None:
+    sim = sim_factory(SimSettings(drivers=2000, seed=7, rate_limit=100))
+    data_dir = str(tmp_path / "data")
+    summary = run_sweep(_fast_config(sim.url), SweepOptions(data_dir=data_dir, timeout_s=500))
+    print("sweep summary:", {k: summary[k] for k in
+                             ("wall_s", "achieved_rps", "rate_limited_share", "decisions")})
+    assert not summary["timed_out"]
+
+    total, wrong = _state_matches_truth(sim.url)
+    assert total == 2000 and wrong == [], f"{len(wrong)} drivers differ from truth: {wrong[:5]}"
+
+    stats = httpx.get(f"{sim.url}/_sim/stats", timeout=30).json()
+    requests = sum(sum(by.values()) for by in stats["requests"].values())
+    assert stats["rate_limited"] / requests <= 0.02, stats["rate_limited"]
+    assert stats["max_fetches_per_version"] <= 1
+
+    results = read_results(data_dir)
+    decided = results.filter(
+        results.column("verdict").to_numpy(zero_copy_only=False) != "confirmed"
+    ).select(["driver_id", "version", "stage", "verdict"]).to_pylist()
+    keys = [(r["driver_id"], r["version"], r["stage"]) for r in decided
+            if r["verdict"] in ("approved", "rejected")]
+    assert len(keys) == len(set(keys)), "more than one decision row per (driver, version, stage)"
+    assert len(keys) == stats["decisions"] - stats["duplicate_decisions"]

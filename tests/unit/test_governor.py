@@ -1,0 +1,381 @@
+"""The rate governor's policy on a fake clock, and the permit bucket over it.
+
+Convergence is measured against a simulated token-bucket server in pure Python: a small
+discrete-event loop in which clients spend leased permits exactly on time, each request
+takes ``latency_s``, and every answer is reported back as the real client would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from email.utils import formatdate
+
+import pytest
+
+from driver_review import governor as gv
+from driver_review.config import GovernorConfig
+from driver_review.governor import RateGovernor
+from driver_review.limiter import LocalLimiter, PermitBucket
+
+WALL0 = 1_750_000_000.0
+
+
+class TokenBucketServer:
+    """``rate`` tokens/s, ``burst`` banked; a 429 says ``Retry-After: ceil(wait)`` (≥ 1),
+    as the simulator does. With ``headers`` it also advertises its policy."""
+
+    def __init__(self, rate: float, burst: int, *, headers: bool = False) -> None:
+        self.rate, self.burst, self.headers = rate, burst, headers
+        self.tokens, self.at = float(burst), 0.0
+
+    def handle(self, t: float) -> tuple[int, dict[str, str]]:
+        self.tokens = min(self.burst, self.tokens + (t - self.at) * self.rate)
+        self.at = t
+        out: dict[str, str] = {}
+        status = 200 if self.tokens >= 1 else 429
+        if status == 200:
+            self.tokens -= 1
+        else:
+            out["Retry-After"] = str(max(1, math.ceil((1 - self.tokens) / self.rate)))
+        if self.headers:
+            window_s = max(1, round(self.burst / self.rate))
+            out["RateLimit-Policy"] = f'"default";q={round(self.rate * window_s)};w={window_s}'
+            out["RateLimit"] = f'"default";r={math.floor(self.tokens)};t=1'
+        return status, out
+
+
+@dataclass
+class Run:
+    gov: RateGovernor
+    log: list[tuple[float, int]] = field(default_factory=list)  # (answered at, status)
+    rates: list[tuple[float, float, str]] = field(default_factory=list)
+
+    def served_rate(self, start: float, end: float) -> float:
+        return sum(1 for t, s in self.log if start <= t < end and s != 429) / (end - start)
+
+    def share_429(self, start: float, end: float) -> float:
+        window = [s for t, s in self.log if start <= t < end]
+        return sum(1 for s in window if s == 429) / max(1, len(window))
+
+
+def simulate(
+    server: TokenBucketServer,
+    *,
+    duration_s: float,
+    workers: int = 16,
+    latency_s: float = 0.02,
+    config: GovernorConfig | None = None,
+) -> Run:
+    """Saturating demand: ``workers`` clients share one bucket of leased permits."""
+    run = Run(RateGovernor(config or GovernorConfig(), wall_clock=lambda: WALL0))
+    gov, events, seq = run.gov, [], itertools.count()
+    held: deque[float] = deque()
+    state = {"generation": 0, "epoch": -1}
+
+    def push(t: float, *what: object) -> None:
+        heapq.heappush(events, (t, next(seq), *what))
+
+    def acquire(w: int, now: float) -> None:
+        if not held:
+            grant = gov.lease(8, now)
+            if not grant.delays_s:
+                push(now + grant.retry_in_s, "acquire", w)
+                return
+            state["epoch"] = grant.epoch
+            held.extend(now + d for d in grant.delays_s)
+        push(max(held.popleft(), now), "send", w, state["generation"])
+
+    for w in range(workers):
+        push(0.0, "acquire", w)
+    while events:
+        t, _, kind, w, *rest = heapq.heappop(events)
+        if t > duration_s:
+            break
+        if kind == "acquire":
+            acquire(w, t)
+        elif kind == "send":
+            if rest[0] != state["generation"]:  # voided while waiting: take a fresh one
+                acquire(w, t)
+                continue
+            push(t + latency_s, "answer", w, *server.handle(t))
+        else:
+            status, headers = rest
+            epoch = gov.observe(status, headers, t)
+            if epoch != state["epoch"]:
+                held.clear()
+                state["generation"] += 1
+            run.log.append((t, status))
+            run.rates.append((t, gov.rate, gov.state(t)))
+            acquire(w, t)
+    return run
+
+
+# --- discovery ---------------------------------------------------------------------------
+
+
+def test_slow_start_doubles_each_busy_interval() -> None:
+    run = simulate(TokenBucketServer(10_000, 10_000), duration_s=2.2)
+    rate_at = {round(t, 1): r for t, r, _ in run.rates}
+    assert run.gov.state() == "slow_start" and run.gov.stats()["429s"] == 0
+    assert rate_at[0.4] == 5.0 and rate_at[1.1] == 20.0 and rate_at[2.1] == 80.0
+
+
+def test_slow_start_waits_for_demand() -> None:
+    gov = RateGovernor(GovernorConfig(initial_rate=10))
+    for i in range(20):  # one request every half second: far below 10/s
+        now = i * 0.5
+        gov.lease(1, now)
+        gov.observe(200, {}, now + 0.01)
+    assert gov.rate == 10.0
+
+
+def test_aimd_sawtooth_decreases_on_429_and_climbs_back() -> None:
+    run = simulate(TokenBucketServer(50, 10), duration_s=60)
+    states = {s for _, _, s in run.rates}
+    assert {"slow_start", "aimd", "paused"} <= states
+    stats = run.gov.stats()
+    assert stats["decreases"] >= 3 and stats["429s"] >= stats["decreases"]
+    # Every decrease is multiplicative (or lands under a measured limit), then the rate
+    # climbs again before the next one: a sawtooth.
+    rates = [r for _, r, s in run.rates if s != "slow_start"]
+    drops = [b / a for a, b in itertools.pairwise(rates) if b < a]
+    rises = sum(1 for a, b in itertools.pairwise(rates) if b > a)
+    assert drops and all(d >= gv.DECREASE - 1e-9 or d < 0.9 for d in drops)
+    assert min(drops) >= 0.5 and rises > len(drops)
+
+
+@pytest.mark.parametrize(("rate", "burst"), [(50, 10), (50, 50), (200, 40), (20, 4)])
+def test_converges_near_the_real_limit_with_few_429s(rate: float, burst: int) -> None:
+    run = simulate(TokenBucketServer(rate, burst), duration_s=120)
+    served = run.served_rate(30, 120)
+    share = run.share_429(30, 120)
+    print(f"limit {rate}/s burst {burst}: served {served:.2f}/s, 429 share {share:.4f}")
+    assert 0.93 * rate <= served <= 1.01 * rate
+    assert share < 0.005
+    assert run.gov.stats()["limit_estimate"] == pytest.approx(rate, rel=0.1)
+
+
+def test_a_limit_that_rises_is_found_again() -> None:
+    server = TokenBucketServer(20, 4)
+    run = simulate(server, duration_s=40)
+    assert run.gov.rate < 25
+    server.rate = 60.0
+    gov = run.gov
+    # Keep the same governor and server; continue the run on a fresh loop from t=40.
+    later = simulate_from(gov, server, start_s=40, duration_s=160)
+    assert later.served_rate(120, 160) >= 0.85 * 60
+
+
+def simulate_from(
+    gov: RateGovernor, server: TokenBucketServer, *, start_s: float, duration_s: float
+) -> Run:
+    run = Run(gov)
+    now, held = start_s, deque[float]()
+    while now < duration_s:
+        if not held:
+            grant = gov.lease(8, now)
+            if not grant.delays_s:
+                now += grant.retry_in_s
+                continue
+            held.extend(now + d for d in grant.delays_s)
+        now = max(now, held.popleft())
+        status, headers = server.handle(now)
+        epoch_before = gov.epoch
+        gov.observe(status, headers, now + 0.01)
+        run.log.append((now, status))
+        if gov.epoch != epoch_before:
+            held.clear()
+    return run
+
+
+def test_only_one_decrease_per_burst_of_429s() -> None:
+    gov = RateGovernor(GovernorConfig(initial_rate=40))
+    gov.on_429(None, 1.0)
+    after_first = gov.rate
+    for i in range(1, 5):
+        gov.on_429(None, 1.0 + i * 0.01)
+    assert gov.stats()["decreases"] == 1 and gov.stats()["429s"] == 5
+    # Out of slow start the limit is bracketed by the last two rates: bisect.
+    assert after_first == gov.rate == pytest.approx((20 + 40) / 2)
+    gov.on_429(None, 1.0 + gv.HOLDOFF_S + 0.01)  # a later one is news again
+    assert gov.stats()["decreases"] == 2
+
+
+def test_rate_stays_within_min_and_max() -> None:
+    cfg = GovernorConfig(initial_rate=4, min_rate=2, max_rate=30)
+    run = simulate(TokenBucketServer(10_000, 10_000), duration_s=5, config=cfg)
+    assert run.gov.rate == 30.0
+    gov = RateGovernor(cfg)
+    for i in range(40):
+        gov.on_429(None, i * 1.0)
+    assert gov.rate == 2.0
+
+
+# --- Retry-After and headers -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["3", formatdate(WALL0 + 3, usegmt=True)])
+def test_retry_after_pauses_every_permit_until_then(value: str) -> None:
+    gov = RateGovernor(GovernorConfig(initial_rate=10), wall_clock=lambda: WALL0)
+    first = gov.lease(4, 100.0)
+    epoch = gov.observe(429, {"Retry-After": value}, 100.1)
+    assert epoch != first.epoch and gov.state(100.2) == "paused"
+    assert gov.paused_for_s(100.1) == pytest.approx(3.0)
+    # Nothing is granted before the pause ends; the first permit is due exactly then.
+    grant = gov.lease(4, 100.5)
+    assert grant.delays_s == () and grant.retry_in_s > 0
+    asked_at = 100.5 + grant.retry_in_s
+    grant = gov.lease(4, asked_at)
+    assert asked_at + grant.delays_s[0] == pytest.approx(103.1)
+    assert gov.state(103.2) == "aimd"
+
+
+def test_garbage_retry_after_is_ignored_but_the_429_still_counts() -> None:
+    gov = RateGovernor(GovernorConfig(initial_rate=10))
+    gov.observe(429, {"Retry-After": "whenever"}, 1.0)
+    assert gov.state(1.0) == "aimd" and gov.paused_for_s(1.0) == 0
+
+
+def test_ratelimit_headers_set_the_rate_and_pace() -> None:
+    gov = RateGovernor(GovernorConfig(initial_rate=5))
+    headers = {"RateLimit-Policy": '"default";q=100;w=10', "RateLimit": '"default";r=50;t=4'}
+    gov.observe(200, headers, 0.0)
+    assert gov.state(0.0) == "header" and gov.rate == pytest.approx(10 * gv.HEADER_MARGIN)
+    grant = gov.lease(8, 0.1)
+    spacing = [b - a for a, b in itertools.pairwise(grant.delays_s)]
+    assert spacing == pytest.approx([1 / gov.rate] * (len(grant.delays_s) - 1))
+    # No quota left: wait for the effective window.
+    gov.observe(200, {**headers, "RateLimit": '"default";r=0;t=4'}, 1.0)
+    assert gov.state(1.5) == "paused" and gov.paused_for_s(1.0) == pytest.approx(4.0)
+
+
+def test_header_mode_against_an_advertising_server_has_no_429s() -> None:
+    run = simulate(TokenBucketServer(50, 10, headers=True), duration_s=30)
+    assert run.gov.stats()["429s"] == 0 and run.gov.state() == "header"
+    assert run.served_rate(5, 30) == pytest.approx(50 * gv.HEADER_MARGIN, rel=0.02)
+
+
+def test_header_mode_expires_into_discovery_seeded_with_the_advertised_rate() -> None:
+    gov = RateGovernor(GovernorConfig())
+    gov.observe(200, {"RateLimit-Policy": '"p";q=30;w=1'}, 0.0)
+    gov.lease(1, gv.HEADER_TTL_S + 1)
+    assert gov.state() == "aimd" and gov.stats()["limit_estimate"] == 30
+
+
+def test_legacy_ratelimit_trio_is_understood() -> None:
+    gov = RateGovernor(GovernorConfig())
+    gov.observe(
+        200,
+        {"RateLimit-Limit": "20, 20;w=2", "RateLimit-Remaining": "5", "RateLimit-Reset": "1"},
+        0.0,
+    )
+    assert gov.state(0.0) == "header" and gov.rate == pytest.approx(10 * gv.HEADER_MARGIN)
+
+
+# --- leases ------------------------------------------------------------------------------
+
+
+def test_leases_are_spaced_at_the_rate_and_bounded_by_the_horizon() -> None:
+    gov = RateGovernor(GovernorConfig(initial_rate=20))
+    grant = gov.lease(8, 10.0)
+    assert grant.delays_s == pytest.approx([0.0, 0.05, 0.1, 0.15, 0.2, 0.25][: len(grant.delays_s)])
+    assert len(grant.delays_s) == 1 + int(gv.LEASE_HORIZON_S * 20)
+    # The schedule is full: the next caller is told when a whole batch will fit.
+    empty = gov.lease(8, 10.0)
+    assert empty.delays_s == () and empty.retry_in_s > 0
+    nxt = gov.lease(8, 10.0 + empty.retry_in_s)
+    assert nxt.delays_s[0] + empty.retry_in_s == pytest.approx(0.30)
+    assert gov.stats()["grants"] == 2 and gov.stats()["permits"] == 12
+
+
+def test_unused_permits_of_the_newest_grant_can_be_given_back() -> None:
+    gov = RateGovernor(GovernorConfig(initial_rate=20))
+    grant = gov.lease(4, 0.0)
+    gov.give_back(grant, 3, 0.01)
+    again = gov.lease(4, 0.01)
+    assert again.delays_s[0] == pytest.approx(0.04)  # right after the one permit used
+    old = gov.lease(4, 0.02)
+    gov.lease(4, 0.3)
+    gov.give_back(old, 4, 0.3)  # not the tail any more: nothing is rewound
+    assert gov.stats()["returned"] == 7
+
+
+# --- the permit bucket -------------------------------------------------------------------
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, delay_s: float) -> None:
+        self.slept.append(delay_s)
+        self.now += delay_s
+
+
+def test_local_limiter_hands_out_permits_on_schedule() -> None:
+    t = FakeTime()
+    limiter = LocalLimiter(
+        RateGovernor(GovernorConfig(initial_rate=10)), clock=t.clock, sleep=t.sleep
+    )
+
+    async def main() -> list[float]:
+        times = []
+        for _ in range(6):
+            await limiter.acquire()
+            times.append(t.now)
+            limiter.observe(200, {})
+        await limiter.aclose()
+        return times
+
+    times = asyncio.run(main())
+    assert [b - a for a, b in itertools.pairwise(times)] == pytest.approx([0.1] * 5)
+    assert limiter.stats()["bucket"]["acquired"] == 6
+
+
+def test_a_429_drops_held_permits_and_the_next_one_waits_out_the_pause() -> None:
+    t = FakeTime()
+    gov = RateGovernor(GovernorConfig(initial_rate=10))
+    limiter = LocalLimiter(gov, clock=t.clock, sleep=t.sleep)
+
+    async def main() -> float:
+        await limiter.acquire()
+        limiter.observe(429, {"Retry-After": "2"})
+        await limiter.acquire()
+        return t.now
+
+    assert asyncio.run(main()) == pytest.approx(2.0, abs=0.01)
+    assert limiter.stats()["bucket"]["dropped"] >= 1
+
+
+def test_permit_bucket_works_over_any_lease_coroutine() -> None:
+    t = FakeTime()
+    gov = RateGovernor(GovernorConfig(initial_rate=50))
+    calls: list[int] = []
+    returned: list[int] = []
+
+    async def lease(n: int):  # as a remote governor would answer, after a round trip
+        calls.append(n)
+        t.now += 0.001
+        return gov.lease(n, t.now)
+
+    async def give_back(grant, unused: int) -> None:
+        returned.append(unused)
+
+    bucket = PermitBucket(lease, batch=4, give_back=give_back, clock=t.clock, sleep=t.sleep)
+
+    async def main() -> None:
+        for _ in range(5):
+            await bucket.acquire()
+        await bucket.aclose()
+
+    asyncio.run(main())
+    assert calls == [4, 4] and returned == [3]
