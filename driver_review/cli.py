@@ -48,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--timeout-s", type=_positive(float), default=3600.0)
     sweep.add_argument("--instance", help="actor name prefix (default: sweep-<random>)")
 
+    report = sub.add_parser("report", help="summarise the Parquet results")
+    report.add_argument("--data-dir", default="./data", help="local path or pyarrow.fs URI")
+    report.add_argument("--json", action="store_true", help="print JSON")
+
     demo = sub.add_parser("demo", help="see it work on this machine, in one command")
     demo.add_argument("--duration", type=_positive(float), default=60.0, help="seconds")
     demo.add_argument("--drivers", type=_positive(int), default=2000)
@@ -93,6 +97,15 @@ def _run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(summary, sort_keys=True))
         return 1 if summary["timed_out"] else 0
+    if args.command == "report":
+        from driver_review.report import build_report, format_report
+
+        result = build_report(args.data_dir)
+        if args.json:
+            print(json.dumps(result, sort_keys=True))
+        else:
+            print("\n".join(format_report(result)))
+        return 0
     if args.command == "demo":
         from driver_review.demo import run_demo
 

@@ -52,6 +52,7 @@ State = Literal["slow_start", "aimd", "header", "paused"]
 
 INTERVAL_S = 0.5  # how often the rate is reconsidered (slow start doubles per interval)
 BUSY_FRACTION = 0.8  # demand "saturates" when the schedule was busy this share of the time
+KEPT_UP = 0.5  # ... and answers came at least at this share of the rate (lagging by latency)
 DECREASE = 0.85  # multiplicative decrease on a 429 when nothing better is known
 SETTLE = 0.97  # settle at this share of a limit the server showed us
 CLIPPED = 0.9  # a success rate below this share of the rate shows where the limit is
@@ -110,6 +111,7 @@ class RateGovernor:
         self._hi: float | None = None
         self._held_s = 0.0  # busy time without a 429 since the rate was ``_hold_rate``
         self._hold_rate = self._rate
+        self._held_since_429 = True
         self._decreased_at = -math.inf
         self._epoch = 0
         self._next_slot = -math.inf
@@ -212,6 +214,7 @@ class RateGovernor:
                 self._rate = self._clamp(self._header_rate * self._header_margin)
         else:
             self._rate = self._clamp(self._after_429(measured, pace))
+            self._held_since_429 = False
             self._mode = "aimd"
             self._held_s, self._hold_rate = 0.0, self._rate
             self._decreased_at = max(now, self._paused_until)
@@ -333,7 +336,7 @@ class RateGovernor:
         # with it (a client short of CPU leases permits it cannot spend on time).
         busy = (
             self._idle_s <= (1.0 - BUSY_FRACTION) * elapsed_s
-            and self._answered >= BUSY_FRACTION * self._rate * elapsed_s
+            and self._answered >= KEPT_UP * self._rate * elapsed_s
         )
         if self._mode == "header":
             self._header_step(now, elapsed_s)
@@ -367,8 +370,12 @@ class RateGovernor:
         if self._lo is None:
             return DECREASE * sent
         if sent - self._lo <= NARROW * sent:
-            # Done bisecting: settle just under the 429 (a burst allowance can make a rate
-            # look safe that is not quite), then probe slowly.
+            if not self._held_since_429:
+                # Settled at ``lo`` and refused again before holding: ``lo`` was never safe
+                # (a burst allowance made it look so). Start the bracket afresh.
+                self._lo = None
+                return DECREASE * sent
+            # Done bisecting: settle just under the 429, then probe slowly.
             self._lo = min(self._lo, SETTLE * sent)
             return self._lo
         # Bisect, a little low: landing right on the limit would make the probe cross it.
@@ -380,6 +387,7 @@ class RateGovernor:
         if self._held_s >= HOLD_S:
             if self._lo is None or self._hold_rate > self._lo:
                 self._lo = self._hold_rate
+            self._held_since_429 = True
             self._held_s, self._hold_rate = 0.0, self._rate
             if (
                 self._lo is not None

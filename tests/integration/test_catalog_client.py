@@ -93,7 +93,7 @@ def test_an_unchanged_driver_answers_304_to_its_etag(sim_factory) -> None:
 def test_local_limiter_converges_near_an_undisclosed_limit(sim_factory) -> None:
     """50 req/s, no headers: the governor must find the rate by itself."""
     sim = sim_factory(SimSettings(drivers=500, seed=2, rate_limit=50, latency_ms=5))
-    warmup_s, measure_s, workers, max_requests = 6.0, 9.0, 24, 4000
+    warmup_s, measure_s, workers, max_requests = 7.0, 8.0, 24, 4000
     answers: list[tuple[float, int | None]] = []
     governor = RateGovernor(GovernorConfig())
 

@@ -1,0 +1,176 @@
+"""A separate Ray head node (``ray start --head --block``) for tests that need a real cluster
+of their own, e.g. to submit jobs through the dashboard's job API.
+
+Every port it would otherwise take by default (GCS, dashboard, dashboard agent, client
+server, metrics, runtime-env agent, worker range, ...) is a free one picked here, and it
+keeps its own ``--temp-dir`` (so its ``ray_current_cluster`` file never makes another
+process's ``ray.init()`` join it). It runs in a session of its own and is torn down by
+signalling that process group only: no ``ray stop``, so no other Ray on the machine is
+touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+RAY = str(VENV_BIN / "ray")
+HOST = "127.0.0.1"
+WORKER_PORTS = 200
+# Outside Ray's default worker range (10002-19999) and below the ephemeral range.
+_WORKER_RANGE = (20000, 32000)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports the kernel says are free right now."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port_range(size: int, lo: int, hi: int, *, exclude: set[int]) -> tuple[int, int]:
+    """A run of ``size`` ports in ``[lo, hi)``, all free now and none in ``exclude``."""
+    rng = random.Random()
+    for _ in range(50):
+        start = rng.randrange(lo, hi - size)
+        ports = range(start, start + size)
+        if not exclude.intersection(ports) and all(_port_free(p) for p in ports):
+            return start, start + size - 1
+    raise RuntimeError(f"no {size} free ports in [{lo}, {hi})")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without anything that would point Ray somewhere else,
+    with the venv first on PATH (a job's ``python`` is then the venv's)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RAY_", "RAYLET_", "PYTEST_")) and k != "PYTHONPATH"}
+    env["PATH"] = os.pathsep.join([str(VENV_BIN), env.get("PATH", "")])
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Cluster:
+    gcs_address: str
+    dashboard_url: str
+    temp_dir: str
+    log_path: Path
+    proc: subprocess.Popen
+
+    def log_tail(self, chars: int = 4000) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-chars:]
+        return ""
+
+
+def _wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    last: object = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ray start exited with {proc.returncode}:\n"
+                               f"{log_path.read_text(errors='replace')[-4000:]}")
+        try:
+            r = httpx.get(f"{url}/api/version", timeout=2)
+            if r.status_code == 200:
+                return
+            last = r.status_code
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.5)
+    raise TimeoutError(f"dashboard at {url} not ready after {timeout_s}s (last: {last!r}):\n"
+                       f"{log_path.read_text(errors='replace')[-4000:]}")
+
+
+def _stop(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
+    """SIGTERM the head's process group, then SIGKILL whatever is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        pass
+    # ``ray start --block`` stops its children on SIGTERM; anything that outlived it (or
+    # that it left behind) is still in the group, since it was started in a new session.
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
+             object_store_memory: int = 256 * 1024 * 1024) -> Iterator[Cluster]:
+    """Start a head node with the dashboard on loopback; yield it; tear it down."""
+    # Unix socket paths are limited to ~107 bytes and Ray nests session_<date>_<pid>/sockets/
+    # under the temp dir, so keep it short (pytest's tmp_path is too long).
+    temp_dir = tempfile.mkdtemp(prefix="drray-", dir="/tmp")
+    log_path = Path(temp_dir) / "ray-start.log"
+    (gcs, dash, agent_http, agent_grpc, client, metrics, runtime_env, node_mgr,
+     obj_mgr) = free_ports(9)
+    taken = {gcs, dash, agent_http, agent_grpc, client, metrics, runtime_env, node_mgr, obj_mgr}
+    wlo, whi = free_port_range(WORKER_PORTS, *_WORKER_RANGE, exclude=taken)
+    cmd = [
+        RAY, "start", "--head", "--block", "--disable-usage-stats",
+        f"--node-ip-address={HOST}", f"--port={gcs}",
+        "--include-dashboard=true", f"--dashboard-host={HOST}", f"--dashboard-port={dash}",
+        f"--dashboard-agent-listen-port={agent_http}",
+        f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--ray-client-server-port={client}", f"--metrics-export-port={metrics}",
+        f"--runtime-env-agent-port={runtime_env}",
+        f"--node-manager-port={node_mgr}", f"--object-manager-port={obj_mgr}",
+        f"--min-worker-port={wlo}", f"--max-worker-port={whi}",
+        f"--num-cpus={num_cpus}", f"--object-store-memory={object_store_memory}",
+        f"--temp-dir={temp_dir}",
+    ]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=clean_env(), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    cluster = Cluster(f"{HOST}:{gcs}", f"http://{HOST}:{dash}", temp_dir, log_path, proc)
+    try:
+        _wait_ready(cluster.dashboard_url, proc, log_path, ready_timeout_s)
+        yield cluster
+    finally:
+        _stop(proc)
+        shutil.rmtree(temp_dir, ignore_errors=True)
