@@ -21,11 +21,13 @@ Policy, in order of authority:
    - *slow start*: every ``INTERVAL_S`` in which demand kept the permit schedule busy and no
      429 came, the rate doubles. The first 429 brackets the limit between the last two
      rates.
-   - on a 429 (``"aimd"`` from then on), ``hi`` becomes the rate we really sent over the
-     last ``MEASURE_WINDOW_S``; if the server visibly served less (``CLIPPED``), ``lo``
-     rises to ``SETTLE`` of what it served. The new rate bisects ``[lo, hi]`` (a
-     multiplicative decrease in effect), or, once the bracket is ``NARROW``, is
-     ``SETTLE * hi``, just under the limit; with no ``lo`` it is ``DECREASE * hi``.
+   - on a 429 (``"aimd"`` from then on), ``hi`` becomes the pace of the permits due just
+     before it. If over the last second the server visibly served less than we offered
+     (``CLIPPED``, see :mod:`driver_review.meter`), that is its limit showing: the rate
+     (and ``lo``) becomes ``SETTLE`` times what it served. Otherwise the new rate bisects
+     ``[lo, hi]`` (times ``SETTLE``: a multiplicative decrease in effect), or, once the
+     bracket is ``NARROW``, is ``SETTLE * hi``, just under the limit; with no ``lo`` (or
+     one refused before it held) it is ``DECREASE * hi``.
    - between 429s the rate *probes* up additively: ``PROBE_PER_S`` of ``hi`` per second, a
      pace that doubles every ``PROBE_DOUBLING_S`` without a 429. A good bracket keeps the
      rate just under the limit for long stretches (few 429s, each of which costs a whole
@@ -40,12 +42,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from driver_review.config import GovernorConfig
+from driver_review.meter import Measure, RateMeter
 from driver_review.retry import RateLimitInfo, parse_ratelimit, parse_retry_after
 
 State = Literal["slow_start", "aimd", "header", "paused"]
@@ -63,10 +65,7 @@ PROBE_PER_S = 0.001  # above it, grow by this share of the estimate per second .
 PROBE_DOUBLING_S = 8.0  # ... a pace that doubles every this long without a 429
 REPROBE = 1.15  # this far above the estimate without a 429: the limit rose
 HOLDOFF_S = 0.5  # after a decrease ignore 429s this long (or to the end of its pause)
-MEASURE_WINDOW_S = 1.0  # success rate is measured over at most this much recent time
-MIN_MEASURE_S = 0.25  # ... and at least this much, else it is noise
 MIN_SAMPLES = 5  # fewer successes than this say nothing about the limit
-RECENT_S = 0.5  # the pace that drew a 429 is that of the permits due this long before it
 LEASE_HORIZON_S = 0.25  # a grant reaches no further ahead than this (beyond its first permit)
 HEADER_TTL_S = 30.0  # header mode lasts this long after the last RateLimit header
 HEADER_MARGIN = 0.98  # pace a little under the advertised rate: arrival jitter
@@ -124,14 +123,11 @@ class RateGovernor:
         self._last_decrease_until = -math.inf
         self._saw_429_in_interval = False
         self._answered = 0  # responses observed in this interval
-        self._successes: deque[float] = deque()  # when responses other than 429 came
-        self._slots: deque[tuple[float, float]] = deque()  # (permit due at, rate issued at)
-        self._doublings: deque[float] = deque(maxlen=2)
+        self._meter = RateMeter(lag_s=LEASE_HORIZON_S)
         self._header_rate: float | None = None
         self._header_seen_at = -math.inf
         self._header_margin = HEADER_MARGIN
         self._last_grant: tuple[int, int] | None = None  # (id, epoch) of the schedule's tail
-        self._origin = -math.inf
         self._grant_id = 0
         self._n = {"grants": 0, "permits": 0, "returned": 0, "429s": 0, "ok": 0, "decreases": 0}
 
@@ -162,7 +158,7 @@ class RateGovernor:
         self._n["grants"] += 1
         self._n["permits"] += count
         delays = tuple(start - now + i * spacing_s for i in range(count))
-        self._slots.extend((now + d, self._rate) for d in delays)
+        self._meter.offered((now + d for d in delays), self._rate)
         return Grant(self._grant_id, self._epoch, delays, self._rate)
 
     def give_back(self, grant: Grant, unused: int, now: float) -> None:
@@ -191,7 +187,7 @@ class RateGovernor:
             self.on_429(retry_after_s, now, header_mode=info is not None)
         else:
             self._n["ok"] += 1
-            self._successes.append(now)
+            self._meter.served(now)
         if info is not None:
             self._use_headers(info, now)
         return self._epoch
@@ -202,7 +198,8 @@ class RateGovernor:
         self._n["429s"] += 1
         self._saw_429_in_interval = True
         # Measured before the pause below moves the window.
-        measured, pace = self._measured_rate(now), self._recent_pace(now)
+        measured = self._meter.measure(now, not_before=self._paused_until)
+        pace = self._meter.pace(now, self._rate)
         if retry_after_s is not None and retry_after_s > 0:
             self._pause(now + retry_after_s)
         if now < self._last_decrease_until:
@@ -275,31 +272,6 @@ class RateGovernor:
             self._idle_s += now - start
         self._idle_mark = max(self._idle_mark, now)
 
-    def _recent_pace(self, now: float) -> float:
-        """The pace of the permits due just before ``now``: what the server just saw. After
-        a doubling the schedule still holds permits at the old pace for a while."""
-        paces = [r for t, r in self._slots if now - RECENT_S <= t <= now]
-        return max(paces) if paces else self._rate
-
-    def _measured_rate(self, now: float) -> tuple[float, float, int] | None:
-        """Successes per second since sending reached its present pace (at most 1 s back).
-
-        Permits leased before a doubling still arrive at the old spacing for up to the lease
-        horizon, so the window starts that long after the latest doubling that leaves
-        enough time to measure.
-        """
-        start = max(now - MEASURE_WINDOW_S, self._paused_until, self._origin)
-        for doubled_at in reversed(self._doublings):
-            if now - (doubled_at + LEASE_HORIZON_S) >= MIN_MEASURE_S:
-                start = max(start, doubled_at + LEASE_HORIZON_S)
-                break
-        span_s = now - start
-        if span_s < MIN_MEASURE_S:
-            return None
-        served = sum(1 for t in self._successes if t >= start)
-        offered = sum(1 for t, _ in self._slots if start <= t <= now)
-        return served / span_s, offered / span_s, served
-
     def _use_headers(self, info: RateLimitInfo, now: float) -> None:
         self._header_seen_at = now
         policy_rate = info.rate_per_s()
@@ -316,14 +288,10 @@ class RateGovernor:
     def _tick(self, now: float) -> None:
         """Let time act on the rate: one step per elapsed interval of activity."""
         self._last_now = max(self._last_now, now)
-        horizon = now - MEASURE_WINDOW_S - LEASE_HORIZON_S  # older entries are never read
-        while self._successes and self._successes[0] < horizon:
-            self._successes.popleft()
-        while self._slots and self._slots[0][0] < horizon:
-            self._slots.popleft()
+        self._meter.trim(now)
         if self._interval_start is None:
-            self._interval_start = self._origin = now
-            self._idle_mark = now
+            self._interval_start = self._idle_mark = now
+            self._meter.start(now)
         if now < self._paused_until:
             return
         if self._interval_start < self._paused_until:
@@ -343,7 +311,7 @@ class RateGovernor:
         elif busy and not self._saw_429_in_interval:
             if self._mode == "slow_start":
                 self._rate = self._clamp(self._rate * 2.0)
-                self._doublings.append(now)
+                self._meter.paced_up(now)
             else:
                 self._increase(now, elapsed_s)
         self._start_interval(now)
@@ -355,16 +323,16 @@ class RateGovernor:
         self._saw_429_in_interval = False
         self._answered = 0
 
-    def _after_429(self, measured: tuple[float, float, int] | None, pace: float) -> float:
-        """The new rate, after narrowing the bounds on the limit with this 429."""
-        served, offered, n_served = measured or (0.0, 0.0, 0)
-        sent = pace
+    def _after_429(self, measured: Measure | None, sent: float) -> float:
+        """The new rate, after narrowing the bounds on the limit with a 429 at pace ``sent``."""
+        m = measured
+        if m and m.served >= MIN_SAMPLES and m.served_per_s < CLIPPED * m.offered_per_s:
+            # The server visibly served less than we offered: its limit showing through
+            # (plus what a burst allowance let by: an upper bound, tight over a long window).
+            sent = min(sent, m.served_per_s)
+        self._hi = sent
         if self._mode == "slow_start" and self._lo is None:
             self._lo = sent / 2  # the rate before the last doubling went without a 429
-        if n_served >= MIN_SAMPLES and served < CLIPPED * offered:
-            # The server visibly served less than we sent: it can sustain about that much.
-            self._lo = max(self._lo or 0.0, SETTLE * served)
-        self._hi = sent
         if self._lo is not None and self._lo >= sent:
             self._lo = None  # a 429 at a rate once safe: the limit dropped
         if self._lo is None:

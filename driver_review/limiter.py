@@ -27,6 +27,10 @@ GiveBackFn = Callable[[Grant, int], Awaitable[None]]
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
+#: A permit this late is forfeited rather than spent: after a stall (a busy machine, a GC
+#: pause) spending every overdue permit at once would be a burst the server never allowed.
+MAX_LATE_S = 0.1
+
 
 class PermitBucket:
     """Permits of the current grant, leased ``batch`` at a time when the bucket runs dry."""
@@ -39,6 +43,7 @@ class PermitBucket:
         give_back: GiveBackFn | None = None,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        max_late_s: float = MAX_LATE_S,
     ) -> None:
         if batch < 1:
             raise ValueError(f"batch must be >= 1, got {batch}")
@@ -47,19 +52,24 @@ class PermitBucket:
         self._batch = batch
         self._clock = clock
         self._sleep = sleep
+        self._max_late_s = max_late_s
         self._times: deque[float] = deque()  # local monotonic times of held permits
         self._grant: Grant | None = None
         self._generation = 0  # bumped when held permits are dropped
         self._lock = asyncio.Lock()  # one lease in flight at a time
-        self._n = {"acquired": 0, "leases": 0, "dropped": 0, "empty_grants": 0}
+        self._n = {"acquired": 0, "leases": 0, "dropped": 0, "late": 0, "empty_grants": 0}
 
     async def acquire(self) -> None:
         """Wait until this caller may send one request."""
         while True:
             async with self._lock:
-                while not self._times:
-                    await self._refill()
-                at = self._times.popleft()
+                while True:
+                    while not self._times:
+                        await self._refill()
+                    at = self._times.popleft()
+                    if self._clock() - at <= self._max_late_s:
+                        break
+                    self._n["late"] += 1
                 generation = self._generation
             delay_s = at - self._clock()
             if delay_s > 0:

@@ -47,13 +47,13 @@ def _placement(config: PipelineConfig) -> dict[str, Any]:
 def orchestrator(config: PipelineConfig, instance: str, *, outer_loop: bool = True) -> Any:
     return Orchestrator.options(
         name=actor_name(instance, "orchestrator"), **_SERVICE, **_placement(config)
-    ).remote(config, outer_loop=outer_loop)
+    ).remote(config, instance=instance, outer_loop=outer_loop)
 
 
 def governor(config: PipelineConfig, instance: str) -> Any:
     return Governor.options(
         name=actor_name(instance, "governor"), **_SERVICE, **_placement(config)
-    ).remote(config.governor)
+    ).remote(config.governor, instance=instance)
 
 
 def cache(config: PipelineConfig, instance: str) -> Any:

@@ -18,6 +18,7 @@ from driver_review.cache import CacheCore, Entry
 from driver_review.catalog.models import DriverRecord
 from driver_review.config import PipelineConfig
 from driver_review.errors import CatalogError
+from driver_review.runtime import metrics
 from driver_review.runtime.clients import make_catalog
 
 #: What ``get_many`` answers per item: ``([ref], None)`` or ``(None, error class name)``.
@@ -33,16 +34,19 @@ class CacheService:
         )
         self._inflight: dict[str, asyncio.Future[Entry]] = {}
         self._catalog: Any = None
+        self._limiter: Any = None
         self.fetches = 0
         self.not_modified = 0
 
     def _client(self) -> Any:
         if self._catalog is None:
-            self._catalog, _ = make_catalog(self.config, self.instance)
+            self._catalog, self._limiter = make_catalog(self.config, self.instance)
         return self._catalog
 
     async def get_many(self, items: Sequence[tuple[str, str | None]]) -> list[Fetched]:
-        return list(await asyncio.gather(*(self._get(d, v) for d, v in items)))
+        got = list(await asyncio.gather(*(self._get(d, v) for d, v in items)))
+        metrics.cache_hit_ratio().set(self.core.stats()["hit_ratio"], {"instance": self.instance})
+        return got
 
     async def _get(self, driver_id: str, version: str | None) -> Fetched:
         entry = self.core.lookup(driver_id, version)
@@ -108,5 +112,6 @@ class CacheService:
         calls = self._catalog.stats().get("calls", {}) if self._catalog is not None else {}
         return {
             **self.core.stats(), "fetches": self.fetches, "not_modified": self.not_modified,
-            "calls": calls,
+            "calls": calls, "in_flight": len(self._inflight),
+            "waiting_for_permit": self._limiter.waiting if self._limiter is not None else 0,
         }

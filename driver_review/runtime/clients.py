@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 from driver_review.catalog.http import HttpCatalog
 from driver_review.config import PipelineConfig
 from driver_review.runtime.governor_actor import RemoteLimiter
+from driver_review.runtime.metrics import call_recorder
 from driver_review.runtime.names import ActorRef, actor_name
 
 
@@ -21,4 +22,5 @@ def make_catalog(config: PipelineConfig, instance: str) -> tuple[HttpCatalog, Re
     limiter = RemoteLimiter(
         governor, endpoint_key(config.catalog.url), batch=config.governor.lease_size
     )
-    return HttpCatalog(config.catalog, limiter=limiter), limiter
+    catalog = HttpCatalog(config.catalog, limiter=limiter, on_response=call_recorder(instance))
+    return catalog, limiter

@@ -16,12 +16,14 @@ from typing import Any
 from driver_review.config import GovernorConfig
 from driver_review.governor import Grant, RateGovernor
 from driver_review.limiter import PermitBucket
+from driver_review.runtime import metrics
 from driver_review.runtime.names import ActorRef
 
 
 class GovernorService:
-    def __init__(self, config: GovernorConfig) -> None:
+    def __init__(self, config: GovernorConfig, *, instance: str) -> None:
         self.config = config
+        self.instance = instance
         self._governors: dict[str, RateGovernor] = {}
 
     def _get(self, key: str) -> RateGovernor:
@@ -35,7 +37,9 @@ class GovernorService:
         now = time.monotonic()
         for _ in range(successes):
             gov.observe(200, {}, now)
-        return gov.lease(n, now)
+        grant = gov.lease(n, now)
+        metrics.governor_rate().set(gov.rate, {"instance": self.instance, "key": key})
+        return grant
 
     async def give_back(self, key: str, grant: Grant, unused: int) -> None:
         self._get(key).give_back(grant, unused, time.monotonic())

@@ -17,12 +17,16 @@ from driver_review.backlog import Lane
 from driver_review.config import PipelineConfig
 from driver_review.ledger import Change
 from driver_review.orchestrator import ItemResult, Lease, OrchestratorCore
+from driver_review.runtime import metrics
 
 TICK_S = 1.0
 
 
 class OrchestratorService:
-    def __init__(self, config: PipelineConfig, *, outer_loop: bool = True) -> None:
+    def __init__(
+        self, config: PipelineConfig, *, instance: str, outer_loop: bool = True
+    ) -> None:
+        self.instance = instance
         self.core = OrchestratorCore(config, put=ray.put)
         self._work_ready = {stage: asyncio.Event() for stage in self.core.stages}
         self._outer_loop = outer_loop
@@ -39,6 +43,17 @@ class OrchestratorService:
             await asyncio.sleep(TICK_S)
             self.core.tick(stale_slice=None if self._outer_loop else 0)
             self._signal()
+            self._export_metrics()
+
+    def _export_metrics(self) -> None:
+        tags = {"instance": self.instance}
+        for stage, backlog in self.core.backlogs.items():
+            for lane in Lane:
+                metrics.backlog().set(backlog.depth(lane),
+                                      {**tags, "stage": stage, "lane": lane.name.lower()})
+        stats = self.core.stats()
+        metrics.leased().set(stats["leased_items"], tags)
+        metrics.oldest_review_age().set(stats["oldest_review_age_s"], tags)
 
     def _signal(self) -> None:
         for stage, event in self._work_ready.items():

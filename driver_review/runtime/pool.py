@@ -18,6 +18,7 @@ import ray
 
 from driver_review.autoscale import AutoscalePolicy, PoolSample
 from driver_review.config import PipelineConfig
+from driver_review.runtime import metrics
 from driver_review.runtime.names import ActorRef, actor_name
 
 log = logging.getLogger(__name__)
@@ -42,11 +43,13 @@ class StagePoolService:
             idle_shrink_s=pool.idle_shrink_s,
         )
         self.orchestrator = ActorRef(actor_name(instance, "orchestrator"))
+        self.cache = ActorRef(actor_name(instance, "cache"))
         self.workers: dict[str, Any] = {}
         self._serial = 0
         self._ticker: asyncio.Task | None = None
         self.events: list[dict[str, Any]] = []  # scale events, newest last (bounded)
         self.peak_workers = 0
+        self.last_sample: PoolSample | None = None
         # Totals of drained workers, so a pool's figures survive its workers.
         self.retired: dict[str, int] = {}
         self.retired_calls: dict[str, dict[str, int]] = {}
@@ -69,14 +72,24 @@ class StagePoolService:
     async def _tick(self) -> None:
         stats = await self._worker_stats()
         depths = await self.orchestrator.call("backlog_depths")
+        # Driver fetches wait for permits in the shared cache; the endpoint is the same, so
+        # a cache held by the governor holds this stage too.
+        cache = await self.cache.call("stats")
+        in_flight = sum(s["in_flight"] for s in stats.values())
         sample = PoolSample(
             backlog=depths.get(self.stage, 0),
             workers=len(self.workers),
-            in_flight=sum(s["in_flight"] for s in stats.values()),
+            in_flight=in_flight,
             capacity=sum(s["max_in_flight"] for s in stats.values()),
-            waiting_for_permit=sum(s["waiting_for_permit"] for s in stats.values()),
+            waiting_for_permit=min(
+                in_flight,
+                sum(s["waiting_for_permit"] for s in stats.values())
+                + cache["waiting_for_permit"],
+            ),
             now=time.monotonic(),
         )
+        self.last_sample = sample
+        metrics.workers().set(len(self.workers), {"instance": self.instance, "stage": self.stage})
         step = self.policy.decide(sample) if self.autoscale else 0
         if step > 0:
             await self._add(self.policy.last_reason)
@@ -150,7 +163,9 @@ class StagePoolService:
             "max_workers": self.policy.max_workers,
             "last_reason": self.policy.last_reason,
             "in_flight": sum(s["in_flight"] for s in stats.values()),
-            "waiting_for_permit": sum(s["waiting_for_permit"] for s in stats.values()),
+            # As the autoscaler saw it last: this stage's items held by the rate governor.
+            "waiting_for_permit": self.last_sample.waiting_for_permit if self.last_sample else 0,
+            "backlog": self.last_sample.backlog if self.last_sample else 0,
             "worker_stats": stats,
             "retired": dict(self.retired),
             "events": self.events[-20:],

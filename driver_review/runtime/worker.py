@@ -24,6 +24,7 @@ from driver_review.errors import CatalogError, Conflict, NotFound
 from driver_review.ledger import Change, Status, Verdict
 from driver_review.orchestrator import ItemResult, Lease
 from driver_review.results import ResultRow, ResultWriter
+from driver_review.runtime import metrics
 from driver_review.runtime.clients import make_catalog
 from driver_review.runtime.names import ActorRef, actor_name
 
@@ -203,6 +204,7 @@ class StageWorker:
             except (CatalogError, NotFound) as exc:
                 return self._error(item, started, {"decision": str(exc)}, checks)
         self.counts[verdict] += 1
+        metrics.decisions().inc(1, {"instance": self.instance, "stage": stage, "verdict": verdict})
         row = self._row(item, verdict, result.reasons, checks, started)
         return ItemResult(driver_id, version, stage, _VERDICTS[verdict], after), row
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -88,6 +89,16 @@ class Cluster:
     temp_dir: str
     log_path: Path
     proc: subprocess.Popen
+    token: str
+
+    def get(self, path: str, timeout_s: float = 30.0) -> httpx.Response:
+        """``GET`` on the dashboard (``/api/jobs/<id>``, ``/api/jobs/<id>/logs`` ...)."""
+        return httpx.get(f"{self.dashboard_url}{path}", timeout=timeout_s,
+                         headers={"Authorization": f"Bearer {self.token}"})
+
+    def client_env(self, **extra: str) -> dict[str, str]:
+        """The environment for a Ray client of this cluster (``ray job submit`` ...)."""
+        return clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token, **extra)
 
     def log_tail(self, chars: int = 4000) -> str:
         with contextlib.suppress(OSError):
@@ -95,7 +106,8 @@ class Cluster:
         return ""
 
 
-def _wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout_s: float) -> None:
+def _wait_ready(url: str, token: str, proc: subprocess.Popen, log_path: Path,
+                timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     last: object = None
     while time.monotonic() < deadline:
@@ -103,7 +115,8 @@ def _wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout_s: flo
             raise RuntimeError(f"ray start exited with {proc.returncode}:\n"
                                f"{log_path.read_text(errors='replace')[-4000:]}")
         try:
-            r = httpx.get(f"{url}/api/version", timeout=2)
+            r = httpx.get(f"{url}/api/version", timeout=2,
+                          headers={"Authorization": f"Bearer {token}"})
             if r.status_code == 200:
                 return
             last = r.status_code
@@ -118,10 +131,8 @@ def _stop(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
     """SIGTERM the head's process group, then SIGKILL whatever is left."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        pass
     # ``ray start --block`` stops its children on SIGTERM; anything that outlived it (or
     # that it left behind) is still in the group, since it was started in a new session.
     deadline = time.monotonic() + 5.0
@@ -145,6 +156,11 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
     # Unix socket paths are limited to ~107 bytes and Ray nests session_<date>_<pid>/sockets/
     # under the temp dir, so keep it short (pytest's tmp_path is too long).
     temp_dir = tempfile.mkdtemp(prefix="drray-", dir="/tmp")
+    # Ray turns token auth on whenever ~/.ray/auth_token exists (any earlier ray.init() on
+    # the machine writes one), and its job CLI only sends a token when RAY_AUTH_MODE=token.
+    # So be explicit: token auth with a token of this cluster's own, given to the head and
+    # to every client through the environment (never read from or written to ~/.ray).
+    token = secrets.token_hex(32)
     log_path = Path(temp_dir) / "ray-start.log"
     (gcs, dash, agent_http, agent_grpc, client, metrics, runtime_env, node_mgr,
      obj_mgr) = free_ports(9)
@@ -163,13 +179,16 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
         f"--num-cpus={num_cpus}", f"--object-store-memory={object_store_memory}",
         f"--temp-dir={temp_dir}",
     ]
+    env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    # cwd: a job submitted without --working-dir runs its entrypoint in the head's cwd, so
+    # ``python -m jobs.sweep`` finds the repo's ``jobs`` package as it would for a user who
+    # ran ``ray start --head`` in a checkout.
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=clean_env(), stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    cluster = Cluster(f"{HOST}:{gcs}", f"http://{HOST}:{dash}", temp_dir, log_path, proc)
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    cluster = Cluster(f"{HOST}:{gcs}", f"http://{HOST}:{dash}", temp_dir, log_path, proc, token)
     try:
-        _wait_ready(cluster.dashboard_url, proc, log_path, ready_timeout_s)
+        _wait_ready(cluster.dashboard_url, token, proc, log_path, ready_timeout_s)
         yield cluster
     finally:
         _stop(proc)

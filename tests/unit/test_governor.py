@@ -379,3 +379,23 @@ def test_permit_bucket_works_over_any_lease_coroutine() -> None:
 
     asyncio.run(main())
     assert calls == [4, 4] and returned == [3]
+
+
+def test_permits_overdue_after_a_stall_are_forfeited_not_burst() -> None:
+    t = FakeTime()
+    limiter = LocalLimiter(
+        RateGovernor(GovernorConfig(initial_rate=40)), clock=t.clock, sleep=t.sleep
+    )
+
+    async def main() -> list[float]:
+        await limiter.acquire()
+        t.now += 2.0  # the process stalled with permits in hand
+        times = []
+        for _ in range(4):
+            await limiter.acquire()
+            times.append(t.now)
+        return times
+
+    times = asyncio.run(main())
+    assert limiter.stats()["bucket"]["late"] >= 1
+    assert [b - a for a, b in itertools.pairwise(times)] == pytest.approx([1 / 40] * 3)

@@ -1,0 +1,75 @@
+"""What an endpoint was recently offered and what it served: the evidence the rate governor
+reads when a 429 arrives (see :mod:`driver_review.governor`). Pure, on the caller's clock.
+
+*Offered* is the permits whose time came (each remembers the rate it was issued at);
+*served* is the answers other than 429. Both are kept only as long as they can be read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+WINDOW_S = 1.0  # rates are measured over at most this much recent time ...
+MIN_WINDOW_S = 0.25  # ... and at least this much, else they are noise
+RECENT_S = 0.5  # the pace that drew a 429 is that of the permits due this long before it
+
+
+@dataclass(frozen=True)
+class Measure:
+    served_per_s: float
+    offered_per_s: float
+    served: int  # how many answers the rates rest on
+
+
+class RateMeter:
+    def __init__(self, *, lag_s: float) -> None:
+        """``lag_s``: how long after a change of pace permits at the old pace still fall due
+        (the lease horizon)."""
+        self.lag_s = lag_s
+        self._served: deque[float] = deque()  # when answers other than 429 came
+        self._offered: deque[tuple[float, float]] = deque()  # (permit due at, rate issued at)
+        self._paced_at: deque[float] = deque(maxlen=2)  # when the pace last stepped up
+        self._origin = -math.inf
+
+    def start(self, now: float) -> None:
+        self._origin = now
+
+    def offered(self, due: Iterable[float], rate: float) -> None:
+        self._offered.extend((t, rate) for t in due)
+
+    def served(self, now: float) -> None:
+        self._served.append(now)
+
+    def paced_up(self, now: float) -> None:
+        self._paced_at.append(now)
+
+    def trim(self, now: float) -> None:
+        oldest = now - WINDOW_S - self.lag_s  # nothing older is ever read
+        while self._served and self._served[0] < oldest:
+            self._served.popleft()
+        while self._offered and self._offered[0][0] < oldest:
+            self._offered.popleft()
+
+    def pace(self, now: float, default: float) -> float:
+        """The pace of the permits due just before ``now``: what the server just saw. After
+        a step up, the schedule still holds permits at the old pace for a while."""
+        paces = [r for t, r in self._offered if now - RECENT_S <= t <= now]
+        return max(paces) if paces else default
+
+    def measure(self, now: float, *, not_before: float) -> Measure | None:
+        """Rates since sending reached its present pace (at most ``WINDOW_S`` back, never
+        before ``not_before``, e.g. the end of a pause); ``None`` if too short to tell."""
+        start = max(now - WINDOW_S, not_before, self._origin)
+        for stepped_at in reversed(self._paced_at):
+            if now - (stepped_at + self.lag_s) >= MIN_WINDOW_S:
+                start = max(start, stepped_at + self.lag_s)
+                break
+        span_s = now - start
+        if span_s < MIN_WINDOW_S:
+            return None
+        served = sum(1 for t in self._served if t >= start)
+        offered = sum(1 for t, _ in self._offered if start <= t <= now)
+        return Measure(served / span_s, offered / span_s, served)

@@ -1,0 +1,17 @@
+"""Checks that take a known time, to make one stage slow on purpose.
+
+Loaded by Ray workers as ``tests.integration.slow_checks:…`` (Ray puts the driver's
+working directory, the repository root under pytest, on the workers' path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from driver_review.catalog.models import DriverRecord
+from driver_review.checks import CheckContext, Outcome
+
+
+async def slow(driver: DriverRecord, ctx: CheckContext) -> Outcome:
+    await asyncio.sleep(float(ctx.options.get("delay_s", 1.0)))
+    return Outcome.ok()
