@@ -22,12 +22,12 @@ Policy, in order of authority:
      429 came, the rate doubles. The first 429 brackets the limit between the last two
      rates.
    - on a 429 (``"aimd"`` from then on), ``hi`` becomes the pace of the permits due just
-     before it. If over the last second the server visibly served less than we offered
-     (``CLIPPED``, see :mod:`driver_review.meter`), that is its limit showing: the rate
-     (and ``lo``) becomes ``SETTLE`` times what it served. Otherwise the new rate bisects
-     ``[lo, hi]`` (times ``SETTLE``: a multiplicative decrease in effect), or, once the
-     bracket is ``NARROW``, is ``SETTLE * hi``, just under the limit; with no ``lo`` (or
-     one refused before it held) it is ``DECREASE * hi``.
+     before it, or, if over the last second the server visibly served less than we
+     offered (``CLIPPED``, see :mod:`driver_review.meter`), what it served: the limit
+     showing through. The new rate bisects ``[lo, hi]`` (times ``SETTLE``: a
+     multiplicative decrease in effect), or, once the bracket is ``NARROW``, is
+     ``SETTLE * hi``, just under the limit; with no ``lo`` (or one refused before it
+     held) it is ``DECREASE * hi``.
    - between 429s the rate *probes* up additively: ``PROBE_PER_S`` of ``hi`` per second, a
      pace that doubles every ``PROBE_DOUBLING_S`` without a 429. A good bracket keeps the
      rate just under the limit for long stretches (few 429s, each of which costs a whole

@@ -63,13 +63,7 @@ class PermitBucket:
         """Wait until this caller may send one request."""
         while True:
             async with self._lock:
-                while True:
-                    while not self._times:
-                        await self._refill()
-                    at = self._times.popleft()
-                    if self._clock() - at <= self._max_late_s:
-                        break
-                    self._n["late"] += 1
+                at = await self._next_permit()
                 generation = self._generation
             delay_s = at - self._clock()
             if delay_s > 0:
@@ -78,6 +72,16 @@ class PermitBucket:
                 self._n["acquired"] += 1
                 return
             # The permit was voided while we slept on it: take a fresh one.
+
+    async def _next_permit(self) -> float:
+        """When the next permit still worth spending falls due; leases when none is left."""
+        while True:
+            while not self._times:
+                await self._refill()
+            at = self._times.popleft()
+            if self._clock() - at <= self._max_late_s:
+                return at
+            self._n["late"] += 1
 
     async def _refill(self) -> None:
         grant = await self._lease(self._batch)

@@ -100,7 +100,25 @@ class OrchestratorService:
         return self.core.quiescent()
 
     async def stats(self) -> dict[str, Any]:
-        return self.core.stats()
+        return {**self.core.stats(), "memory": process_memory()}
 
     async def backlog_depths(self) -> dict[str, int]:
         return {stage: len(b) for stage, b in self.core.backlogs.items()}
+
+
+def process_memory() -> dict[str, int]:
+    """This process's resident memory: ``heap`` (anonymous pages, what the ledger and
+    backlog bookkeeping cost) apart from ``shared`` (object-store pages mapped in)."""
+    fields = {"VmRSS": "rss", "RssAnon": "heap", "RssShmem": "shared", "VmHWM": "peak_rss"}
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                key, _, value = line.partition(":")
+                if key in fields:
+                    out[fields[key]] = int(value.split()[0]) * 1024
+    except OSError:  # not Linux: the peak is what getrusage offers
+        import resource
+
+        out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return out

@@ -67,12 +67,14 @@ def simulate(
     server: TokenBucketServer,
     *,
     duration_s: float,
+    start_s: float = 0.0,
     workers: int = 16,
     latency_s: float = 0.02,
     config: GovernorConfig | None = None,
+    governor: RateGovernor | None = None,
 ) -> Run:
     """Saturating demand: ``workers`` clients share one bucket of leased permits."""
-    run = Run(RateGovernor(config or GovernorConfig(), wall_clock=lambda: WALL0))
+    run = Run(governor or RateGovernor(config or GovernorConfig(), wall_clock=lambda: WALL0))
     gov, events, seq = run.gov, [], itertools.count()
     held: deque[float] = deque()
     state = {"generation": 0, "epoch": -1}
@@ -91,7 +93,7 @@ def simulate(
         push(max(held.popleft(), now), "send", w, state["generation"])
 
     for w in range(workers):
-        push(0.0, "acquire", w)
+        push(start_s, "acquire", w)
     while events:
         t, _, kind, w, *rest = heapq.heappop(events)
         if t > duration_s:
@@ -140,13 +142,13 @@ def test_aimd_sawtooth_decreases_on_429_and_climbs_back() -> None:
     assert {"slow_start", "aimd", "paused"} <= states
     stats = run.gov.stats()
     assert stats["decreases"] >= 3 and stats["429s"] >= stats["decreases"]
-    # Every decrease is multiplicative (or lands under a measured limit), then the rate
-    # climbs again before the next one: a sawtooth.
+    # Each decrease cuts the rate by a factor (never a collapse), and the rate climbs in
+    # many small steps before the next one: a sawtooth.
     rates = [r for _, r, s in run.rates if s != "slow_start"]
     drops = [b / a for a, b in itertools.pairwise(rates) if b < a]
     rises = sum(1 for a, b in itertools.pairwise(rates) if b > a)
-    assert drops and all(d >= gv.DECREASE - 1e-9 or d < 0.9 for d in drops)
-    assert min(drops) >= 0.5 and rises > len(drops)
+    assert drops and all(0.5 <= d < 0.99 for d in drops)
+    assert rises > 3 * len(drops)
 
 
 @pytest.mark.parametrize(("rate", "burst"), [(50, 10), (50, 50), (200, 40), (20, 4)])
@@ -165,32 +167,8 @@ def test_a_limit_that_rises_is_found_again() -> None:
     run = simulate(server, duration_s=40)
     assert run.gov.rate < 25
     server.rate = 60.0
-    gov = run.gov
-    # Keep the same governor and server; continue the run on a fresh loop from t=40.
-    later = simulate_from(gov, server, start_s=40, duration_s=160)
+    later = simulate(server, start_s=40, duration_s=160, governor=run.gov)
     assert later.served_rate(120, 160) >= 0.85 * 60
-
-
-def simulate_from(
-    gov: RateGovernor, server: TokenBucketServer, *, start_s: float, duration_s: float
-) -> Run:
-    run = Run(gov)
-    now, held = start_s, deque[float]()
-    while now < duration_s:
-        if not held:
-            grant = gov.lease(8, now)
-            if not grant.delays_s:
-                now += grant.retry_in_s
-                continue
-            held.extend(now + d for d in grant.delays_s)
-        now = max(now, held.popleft())
-        status, headers = server.handle(now)
-        epoch_before = gov.epoch
-        gov.observe(status, headers, now + 0.01)
-        run.log.append((now, status))
-        if gov.epoch != epoch_before:
-            held.clear()
-    return run
 
 
 def test_only_one_decrease_per_burst_of_429s() -> None:
