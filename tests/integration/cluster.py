@@ -127,24 +127,55 @@ def _wait_ready(url: str, token: str, proc: subprocess.Popen, log_path: Path,
                        f"{log_path.read_text(errors='replace')[-4000:]}")
 
 
-def _stop(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
-    """SIGTERM the head's process group, then SIGKILL whatever is left."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=timeout_s)
-    # ``ray start --block`` stops its children on SIGTERM; anything that outlived it (or
-    # that it left behind) is still in the group, since it was started in a new session.
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group is still running (zombies do not count)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no procfs: fall back to "does the group exist at all"
         try:
-            os.killpg(proc.pid, 0)
+            os.killpg(pgid, 0)
         except ProcessLookupError:
-            break
+            return False
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _wait_group(pgid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _group_alive(pgid):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.2)
-    else:
+    return True
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """Stop the head and everything it started, touching nothing outside its group.
+
+    SIGTERM to ``ray start --block`` first: it drains the node and stops its children in
+    order (a SIGTERM to the whole group at once kills the GCS under it and leaves it
+    waiting 30s for a drain that can no longer happen). Then SIGTERM, and finally SIGKILL,
+    to whatever is left in the group (it runs in a session of its own)."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        if _wait_group(proc.pid, 0.0):
+            break
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, sig)
+        _wait_group(proc.pid, wait_s)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
 

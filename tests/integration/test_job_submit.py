@@ -77,12 +77,13 @@ def test_sweep_runs_as_a_ray_job_on_a_started_cluster(sim_factory, tmp_path) -> 
                    f"\nstderr:\n{submit.stderr[-3000:]}\njob: {job}\nlogs:\n{logs[-4000:]}")
         assert job["status"] == "SUCCEEDED", context
         assert submit.returncode == 0, context
-    print(f"\njob submit: cluster ready in {t_ready - t0:.1f}s, job in {t_done - t_ready:.1f}s, "
-          f"teardown {time.monotonic() - t_done:.1f}s")
 
     # The job's own output: human summary, then the JSON summary as the last line.
     lines = logs.splitlines()
     at, summary = _last_json(lines)
+    print(f"\njob submit: cluster ready in {t_ready - t0:.1f}s, job in {t_done - t_ready:.1f}s "
+          f"(sweep {summary['wall_s']:.1f}s, {summary['external_calls_total']} calls, "
+          f"429s {summary['rate_limited_share']:.1%}), teardown {time.monotonic() - t_done:.1f}s")
     assert all(not line.strip() for line in lines[at + 1:]), lines[at + 1:]
     human = lines[at - 1 - len(SUMMARY_LABELS):at]
     assert human[0].startswith(f"sweep {summary['instance']}: {DRIVERS} drivers in "), context
