@@ -210,6 +210,26 @@ class Ledger:
             and c["verdict"][row] in (Verdict.APPROVED, Verdict.REJECTED)
         )
 
+    def entry(self, driver_id: str) -> dict[str, object] | None:
+        """One driver's row as plain values (for status pages), or None."""
+        row = self._index.get(driver_id)
+        if row is None:
+            return None
+        c = self._cols
+        return {
+            "driver_id": driver_id,
+            "version": c["version"][row].decode(),
+            "stage": int(c["stage"][row]),
+            "status": Status(int(c["status"][row])).name.lower(),
+            "changed_at": float(c["changed_at"][row]),
+            "decided_version": c["decided_version"][row].decode(),
+            "decided_stage": int(c["decided_stage"][row]),
+            "verdict": Verdict(int(c["verdict"][row])).name.lower(),
+            "reviewed_at": float(c["reviewed_at"][row]),
+            "work": Work(int(c["work"][row])).name.lower(),
+            "errors": int(c["errors"][row]),
+        }
+
     # -- selections (vectorised) ----------------------------------------------------------
     def stale_rows(self, now: float, freshness_s: float, limit: int) -> np.ndarray:
         """Idle rows whose last review is older than the bound, oldest first, at most

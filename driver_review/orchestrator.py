@@ -119,6 +119,9 @@ class OrchestratorCore:
         self._bucket = _Bucket(self._bucket_start(clock()))
         self._history: deque[_Bucket] = deque(maxlen=WINDOW_HISTORY)
         self.counters = _Counters()
+        #: Catalog time up to which every change is in the ledger ("changes since" resumes
+        #: here). Only the poller moves it, and only after intake held what it read.
+        self.watermark = 0.0
         if ledger is not None:
             self._requeue_pending()
 
@@ -324,6 +327,18 @@ class OrchestratorCore:
         self.ledger.set_work(pending, Work.IDLE)
         self._enqueue([int(r) for r in pending], Lane.FRESH, self.clock())
 
+    def advance_watermark(self, catalog_time: float) -> float:
+        self.watermark = max(self.watermark, catalog_time)
+        return self.watermark
+
+    def driver(self, driver_id: str) -> dict[str, Any] | None:
+        entry = self.ledger.entry(driver_id)
+        if entry is None:
+            return None
+        for key in ("stage", "decided_stage"):
+            entry[key] = self.stage_name(int(entry[key]))  # type: ignore[arg-type]
+        return entry
+
     # -- window -------------------------------------------------------------------------
     def _bucket_start(self, now: float) -> float:
         return now - (now % self.window.bucket_s)
@@ -380,6 +395,7 @@ class OrchestratorCore:
             "ledger_bytes": self.ledger.nbytes,
             "oldest_review_age_s": self.ledger.oldest_review_age(now),
             "high_water": self.window.high_water,
+            "watermark": self.watermark,
             "counters": {
                 "intake_calls": self.counters.intake_calls,
                 "events": self.counters.events,

@@ -96,6 +96,16 @@ class OrchestratorService:
     async def extend(self, lease_ids: Sequence[int]) -> int:
         return sum(self.core.extend(lid) for lid in lease_ids)
 
+    async def driver(self, driver_id: str) -> dict[str, Any] | None:
+        """The ledger entry of one driver (``GET /drivers/{id}``)."""
+        return self.core.driver(driver_id)
+
+    async def watermark(self) -> float:
+        return self.core.watermark
+
+    async def advance_watermark(self, catalog_time: float) -> float:
+        return self.core.advance_watermark(catalog_time)
+
     async def quiescent(self) -> bool:
         return self.core.quiescent()
 

@@ -50,16 +50,16 @@ def _stage_rate(data_dir: str, stage: str) -> tuple[int, float]:
 
 @pytest.mark.timeout(420)
 def test_a_slow_stage_does_not_slow_the_others(sim_factory, tmp_path) -> None:
-    """The same sweep twice, side by side: all stages fast, then compatibility 10x slower
-    (a 1 s check on each driver, 8 at a time). Intake's completion rate must hold."""
-    sim_fast = sim_factory(SimSettings(drivers=250, seed=11))
-    sim_slow = sim_factory(SimSettings(drivers=250, seed=11))
+    """The same sweep twice, side by side: all stages fast, then compatibility made slow
+    (a 2 s check on each driver, 8 at a time). Intake's completion rate must hold."""
+    sim_fast = sim_factory(SimSettings(drivers=200, seed=11))
+    sim_slow = sim_factory(SimSettings(drivers=200, seed=11))
     fixed = {s: {"min_workers": 1, "max_workers": 1, "max_in_flight": 8}
              for s in ("intake", "security", "compatibility")}
     fast_dir, slow_dir = str(tmp_path / "fast"), str(tmp_path / "slow")
     fast = run_sweep(_config(sim_fast.url, pools=fixed), SweepOptions(data_dir=fast_dir,
                      timeout_s=300, autoscale=False))
-    slow = run_sweep(_config(sim_slow.url, slow_stage="compatibility", pools=fixed),
+    slow = run_sweep(_config(sim_slow.url, slow_stage="compatibility", delay_s=2.0, pools=fixed),
                      SweepOptions(data_dir=slow_dir, timeout_s=300, autoscale=False))
     assert not fast["timed_out"] and not slow["timed_out"]
     n_fast, intake_fast = _stage_rate(fast_dir, "intake")
@@ -68,7 +68,7 @@ def test_a_slow_stage_does_not_slow_the_others(sim_factory, tmp_path) -> None:
     _, compat_slow = _stage_rate(slow_dir, "compatibility")
     print(f"intake: {intake_fast:.1f}/s alone, {intake_slow:.1f}/s beside a slow stage; "
           f"compatibility: {compat_fast:.1f}/s vs {compat_slow:.1f}/s")
-    assert n_fast == n_slow > 100
+    assert n_fast == n_slow > 80
     assert compat_slow < compat_fast / 2, "the slow stage was not actually slow"
     # Noise on a shared 2-core machine is large; a stalled intake would be far below this.
     assert intake_slow >= 0.6 * intake_fast
