@@ -94,10 +94,12 @@ class StageBacklog:
             if q.buffer and now - q.buffered_at >= max_age_s:
                 self._seal(q, lane, len(q.buffer), now)
 
-    def take(self, n: int, now: float, keep: Callable[[np.ndarray], np.ndarray]) -> list[Segment]:
+    def take(
+        self, n: int, now: float, keep: Callable[[np.ndarray, Lane], np.ndarray]
+    ) -> list[Segment]:
         """Up to ``n`` items as segments, fresh lane first.
 
-        ``keep(rows) -> mask`` drops rows that no longer need this stage (coalesced away,
+        ``keep(rows, lane) -> mask`` drops rows that no longer need this stage (coalesced away,
         decided meanwhile); a segment that lost rows, or is larger than what is left of the
         demand, is rebuilt from the ledger, so the worker never gets more than it asked for.
         """
@@ -109,7 +111,7 @@ class StageBacklog:
                     self._seal(q, lane, min(len(q.buffer), max(n, 1)), now)
                 seg = q.segments.popleft()
                 q.queued -= len(seg.rows)
-                mask = keep(seg.rows)
+                mask = keep(seg.rows, lane)
                 rows = seg.rows if mask.all() else seg.rows[mask]
                 if len(rows) == 0:
                     continue

@@ -231,12 +231,12 @@ class Ledger:
         }
 
     # -- selections (vectorised) ----------------------------------------------------------
-    def stale_rows(self, now: float, freshness_s: float, limit: int) -> np.ndarray:
-        """Idle rows whose last review is older than the bound, oldest first, at most
+    def stale_rows(self, now: float, min_age_s: float, limit: int) -> np.ndarray:
+        """Idle rows last reviewed more than ``min_age_s`` ago, oldest first, at most
         ``limit``: one slice of the outer loop."""
         n = len(self._ids)
         reviewed = self._cols["reviewed_at"][:n]
-        mask = (reviewed < now - freshness_s) & (self._cols["work"][:n] == Work.IDLE)
+        mask = (reviewed < now - min_age_s) & (self._cols["work"][:n] == Work.IDLE)
         candidates = np.flatnonzero(mask)
         if len(candidates) > limit:
             part = np.argpartition(reviewed[candidates], limit - 1)[:limit]

@@ -39,7 +39,12 @@ from driver_review.config import PipelineConfig
 from driver_review.errors import IntakeFull
 from driver_review.ledger import NO_STAGE, Change, Ledger, Status, Verdict, Work
 
-ERROR_RETRY_BASE_S = 5.0  # first retry of an errored review; doubles per consecutive error
+ERROR_RETRY_BASE_S = 5.0
+#: The outer loop revisits every driver once per this share of the freshness bound, so the
+#: time a re-review waits in the queue still fits inside the bound ...
+REVISIT_SHARE = 0.75
+#: ... and leaves alone drivers reviewed more recently than this share of it.
+REVISIT_MIN_AGE_SHARE = 0.25  # first retry of an errored review; doubles per consecutive error
 WINDOW_HISTORY = 12  # closed buckets kept in stats
 
 
@@ -199,7 +204,7 @@ class OrchestratorCore:
         now = self.clock()
         backlog = self.backlogs[stage]
         stage_idx = self._stage_index[stage]
-        segments = backlog.take(n, now, keep=lambda rows: self._keep(rows, stage_idx))
+        segments = backlog.take(n, now, keep=lambda rows, lane: self._keep(rows, lane, stage_idx))
         leases = []
         for seg in segments:
             lease_id = next(self._lease_ids)
@@ -212,14 +217,22 @@ class OrchestratorCore:
             leases.append(Lease(lease_id, stage, [seg.ref], len(seg.rows), self.window.lease_s))
         return leases
 
-    def _keep(self, rows: np.ndarray, stage_idx: int) -> np.ndarray:
-        """Rows still to be reviewed at this stage; the others go idle (or to their stage)."""
+    def _keep(self, rows: np.ndarray, lane: Lane, stage_idx: int) -> np.ndarray:
+        """Rows still worth handing out; the others go idle (or to their own stage).
+
+        A fresh item is kept while its driver still needs this stage. A re-sweep confirms
+        even a final state, so it is kept unless the driver was reviewed meanwhile."""
         ledger = self.ledger
-        mask = np.fromiter(
-            (ledger.needs_review(int(r)) and ledger.target(int(r))[1] == stage_idx for r in rows),
-            dtype=bool,
-            count=len(rows),
-        )
+        if lane == Lane.STALE:
+            recent = self.clock() - self.window.freshness_s / 2
+            mask = ledger.col("reviewed_at")[rows] < recent
+        else:
+            mask = np.fromiter(
+                (ledger.needs_review(int(r)) and ledger.target(int(r))[1] == stage_idx
+                 for r in rows),
+                dtype=bool,
+                count=len(rows),
+            )
         dropped = rows[~mask]
         if len(dropped):
             self.counters.dropped_at_handout += len(dropped)
@@ -247,7 +260,10 @@ class OrchestratorCore:
             row = ledger.row(out.driver_id)
             stage = self.stage_index(out.stage)
             # NONE: nothing was decided (the catalog had moved on); ``after`` says where to.
-            news = out.verdict != Verdict.NONE and not ledger.is_decided(row, out.version, stage)
+            # CONFIRMED: a re-sweep found the recorded final state still true (only its time).
+            news = out.verdict == Verdict.CONFIRMED or (
+                out.verdict != Verdict.NONE and not ledger.is_decided(row, out.version, stage)
+            )
             if news:
                 ledger.decide(
                     row, version=out.version, stage=stage, verdict=out.verdict,
@@ -289,17 +305,19 @@ class OrchestratorCore:
             stale_slice = self.stale_slice_size()
         if stale_slice > 0 and self.room() > 0:
             limit = min(stale_slice, self.room())
-            rows = self.ledger.stale_rows(now, self.window.freshness_s, limit)
+            min_age_s = self.window.freshness_s * REVISIT_MIN_AGE_SHARE
+            rows = self.ledger.stale_rows(now, min_age_s, limit)
             stale = self._enqueue_stale(rows, now)
         for backlog in self.backlogs.values():
             backlog.flush(now, max_age_s=1.0)
         return {"expired": expired, "retries": retries, "stale": stale}
 
     def stale_slice_size(self, tick_s: float = 1.0) -> int:
-        """Drivers to re-sweep per tick so that all of them fit in one freshness bound,
-        spread evenly rather than in a burst."""
+        """Drivers to re-sweep per tick: oldest first, at a steady pace that visits every
+        driver once per ``REVISIT_SHARE`` of the freshness bound, so the load is even rather
+        than a burst when a whole bound expires at once."""
         n = len(self.ledger)
-        return math.ceil(n * tick_s / self.window.freshness_s) if n else 0
+        return math.ceil(n * tick_s / (self.window.freshness_s * REVISIT_SHARE)) if n else 0
 
     def _enqueue_stale(self, rows: np.ndarray, now: float) -> int:
         """A re-sweep reviews the driver's stage when in review, and otherwise confirms its
@@ -409,12 +427,9 @@ class OrchestratorCore:
         }
 
 
-def change_from_summary(core: OrchestratorCore, summary: Any) -> Change:
-    """A :class:`Change` from a catalog ``DriverSummary``, ping data or record."""
-    return Change(
-        driver_id=summary.id,
-        version=summary.version,
-        stage=core.stage_index(summary.stage),
-        status=Status[summary.status.upper()],
-        changed_at=summary.updated_at.timestamp(),
-    )
+def change_of(stage_names: Sequence[str], summary: Any) -> Change:
+    """A :class:`Change` from anything shaped like a catalog summary: a ``DriverSummary``
+    (listing, changes), a ping's data, a ``DriverRecord``."""
+    stage = NO_STAGE if summary.stage is None else list(stage_names).index(summary.stage)
+    return Change(summary.id, summary.version, stage, Status[summary.status.upper()],
+                  summary.updated_at.timestamp())

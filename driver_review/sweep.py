@@ -21,7 +21,8 @@ from typing import Any, TextIO
 from driver_review.backlog import Lane
 from driver_review.config import PipelineConfig
 from driver_review.errors import IntakeFull
-from driver_review.ledger import Change, Status
+from driver_review.ledger import Change
+from driver_review.orchestrator import change_of
 from driver_review.runtime.clients import make_catalog
 from driver_review.runtime.names import ActorRef, connect
 from driver_review.runtime.pool import merge_calls, merge_counts
@@ -70,12 +71,6 @@ def run_sweep(
     return asyncio.run(_sweep(config, options, progress or Progress()))
 
 
-def _change(config: PipelineConfig, summary: Any) -> Change:
-    stage = -1 if summary.stage is None else config.stage_names.index(summary.stage)
-    return Change(summary.id, summary.version, stage, Status[summary.status.upper()],
-                  summary.updated_at.timestamp())
-
-
 async def _intake(orchestrator: ActorRef, changes: list[Change], deadline: float) -> None:
     """Hand a chunk to intake, waiting as long as the orchestrator says it is full."""
     while True:
@@ -102,7 +97,7 @@ async def _sweep(config: PipelineConfig, options: SweepOptions, progress: Progre
     try:
         chunk: list[Change] = []
         async for summary in catalog.iter_drivers():
-            chunk.append(_change(config, summary))
+            chunk.append(change_of(config.stage_names, summary))
             listed += 1
             if len(chunk) >= INTAKE_CHUNK:
                 await _intake(system.orchestrator, chunk, deadline)

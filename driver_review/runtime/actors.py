@@ -16,6 +16,7 @@ from driver_review.runtime.cache_actor import CacheService
 from driver_review.runtime.governor_actor import GovernorService
 from driver_review.runtime.names import NAMESPACE, actor_name
 from driver_review.runtime.orchestrator_actor import OrchestratorService
+from driver_review.runtime.poller import PollerService
 from driver_review.runtime.pool import StagePoolService
 from driver_review.runtime.worker import StageWorker
 
@@ -32,6 +33,7 @@ Orchestrator = ray.remote(OrchestratorService)
 Governor = ray.remote(GovernorService)
 Cache = ray.remote(CacheService)
 StagePool = ray.remote(StagePoolService)
+Poller = ray.remote(PollerService)
 Worker = ray.remote(StageWorker)
 
 
@@ -59,6 +61,12 @@ def governor(config: PipelineConfig, instance: str) -> Any:
 def cache(config: PipelineConfig, instance: str) -> Any:
     return Cache.options(name=actor_name(instance, "cache"), **_SERVICE).remote(
         config, instance=instance
+    )
+
+
+def poller(config: PipelineConfig, instance: str, interval_s: float | None = None) -> Any:
+    return Poller.options(name=actor_name(instance, "poller"), **_SERVICE).remote(
+        config, instance=instance, interval_s=interval_s
     )
 
 

@@ -43,14 +43,19 @@ class CacheService:
             self._catalog, self._limiter = make_catalog(self.config, self.instance)
         return self._catalog
 
-    async def get_many(self, items: Sequence[tuple[str, str | None]]) -> list[Fetched]:
-        got = list(await asyncio.gather(*(self._get(d, v) for d, v in items)))
+    async def get_many(
+        self, items: Sequence[tuple[str, str | None, bool]]
+    ) -> list[Fetched]:
+        """``(driver_id, version, revalidate)`` each; ``revalidate`` asks the catalog even
+        on a hit (a conditional GET: a 304 costs no body) — the freshness re-sweeps use it
+        to confirm that what we hold is still what the catalog says."""
+        got = list(await asyncio.gather(*(self._get(*item) for item in items)))
         metrics.cache_hit_ratio().set(self.core.stats()["hit_ratio"], {"instance": self.instance})
         return got
 
-    async def _get(self, driver_id: str, version: str | None) -> Fetched:
+    async def _get(self, driver_id: str, version: str | None, revalidate: bool) -> Fetched:
         entry = self.core.lookup(driver_id, version)
-        if entry is None:
+        if entry is None or revalidate:
             try:
                 entry = await self._fetch(driver_id)
             except CatalogError as exc:

@@ -15,7 +15,7 @@ import ray
 
 from driver_review.config import PipelineConfig
 from driver_review.runtime import actors
-from driver_review.runtime.names import ActorRef, actor_name
+from driver_review.runtime.names import NAMESPACE, ActorRef, actor_name
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ class System:
     governor: ActorRef
     cache: ActorRef
     pools: dict[str, ActorRef]
+    poller: ActorRef
 
     @classmethod
     def attach(cls, config: PipelineConfig, instance: str, data_dir: str = "") -> System:
@@ -39,17 +40,19 @@ class System:
             governor=ActorRef(actor_name(instance, "governor")),
             cache=ActorRef(actor_name(instance, "cache")),
             pools={s: ActorRef(actor_name(instance, "pool", s)) for s in config.stage_names},
+            poller=ActorRef(actor_name(instance, "poller")),
         )
 
     def all_refs(self) -> list[ActorRef]:
-        return [*self.pools.values(), self.cache, self.orchestrator, self.governor]
+        return [self.poller, *self.pools.values(), self.cache, self.orchestrator, self.governor]
 
 
 def start_system(
     config: PipelineConfig, *, instance: str, data_dir: str, outer_loop: bool = True,
-    autoscale: bool = True,
+    autoscale: bool = True, poll: bool = False, poll_interval_s: float | None = None,
 ) -> System:
-    """Create (or join, by name) every actor of ``instance`` and start the pools."""
+    """Create (or join, by name) every actor of ``instance`` and start the pools; with
+    ``poll``, also the delta poller (the always-on service)."""
     handles: list[Any] = [
         actors.governor(config, instance),
         actors.orchestrator(config, instance, outer_loop=outer_loop),
@@ -59,12 +62,17 @@ def start_system(
     pools = [actors.stage_pool(config, instance, s, data_dir, autoscale=autoscale)
              for s in config.stage_names]
     ray.get([p.start.remote() for p in pools])
+    if poll:
+        ray.get(actors.poller(config, instance, poll_interval_s).start.remote())
     return System.attach(config, instance, data_dir)
 
 
 async def stop_system(system: System, *, drain_timeout_s: float = 60.0) -> dict[str, Any]:
     """Drain the pools, then kill every actor of the instance. Returns the final stats."""
     final: dict[str, Any] = {"pools": {}}
+    with contextlib.suppress(ValueError):  # no poller in a sweep
+        ray.get_actor(system.poller.name, namespace=NAMESPACE)
+        final["poller"] = await system.poller.call("stop")
     for stage, pool in system.pools.items():
         try:
             final["pools"][stage] = await pool.call("stop")
@@ -78,5 +86,5 @@ async def stop_system(system: System, *, drain_timeout_s: float = 60.0) -> dict[
             log.warning("reading %s stats: %s", name, exc)
     for ref in system.all_refs():
         with contextlib.suppress(ValueError):  # already gone
-            ray.kill(ray.get_actor(ref.name), no_restart=True)
+            ray.kill(ray.get_actor(ref.name, namespace=NAMESPACE), no_restart=True)
     return final

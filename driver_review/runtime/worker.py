@@ -17,12 +17,13 @@ from typing import Any
 
 import ray
 
+from driver_review.backlog import Lane
 from driver_review.catalog.models import DecisionRequest, DriverRecord
 from driver_review.checks import build_stage_checks, context_factory, run_stage
 from driver_review.config import PipelineConfig
 from driver_review.errors import CatalogError, Conflict, NotFound
 from driver_review.ledger import Change, Status, Verdict
-from driver_review.orchestrator import ItemResult, Lease
+from driver_review.orchestrator import ItemResult, Lease, change_of
 from driver_review.results import ResultRow, ResultWriter
 from driver_review.runtime import metrics
 from driver_review.runtime.clients import make_catalog
@@ -136,7 +137,8 @@ class StageWorker:
             batch = await lease.batch[0]
             items = batch.to_pylist()
             fetched = await self.cache.call(
-                "get_many", [(it["driver_id"], it["version"]) for it in items]
+                "get_many",
+                [(it["driver_id"], it["version"], it["lane"] == Lane.STALE) for it in items],
             )
             results = await asyncio.gather(
                 *(self._review(it, got) for it, got in zip(items, fetched, strict=True))
@@ -173,7 +175,7 @@ class StageWorker:
             # The catalog moved on since this item was queued: review the newest instead.
             self.counts["moved_on"] += 1
             return ItemResult(driver_id, version, stage, Verdict.NONE, self._change(record)), None
-        if record.status != "in_review" and item["lane"] == 1:
+        if record.status != "in_review" and item["lane"] == Lane.STALE:
             self.counts["confirmed"] += 1
             row = self._row(item, "confirmed", {}, [], started)
             return ItemResult(driver_id, version, stage, Verdict.CONFIRMED), row
@@ -212,10 +214,7 @@ class StageWorker:
         return -1 if stage is None else self.config.stage_names.index(stage)
 
     def _change(self, record: DriverRecord) -> Change:
-        return Change(
-            record.id, record.version, self._stage_index(record.stage),
-            Status[record.status.upper()], record.updated_at.timestamp(),
-        )
+        return change_of(self.config.stage_names, record)
 
     def _error(
         self, item: dict, started: float, reasons: dict[str, str], checks: list | None = None

@@ -214,13 +214,17 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
     # cwd: a job submitted without --working-dir runs its entrypoint in the head's cwd, so
     # ``python -m jobs.sweep`` finds the repo's ``jobs`` package as it would for a user who
     # ran ``ray start --head`` in a checkout.
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    cluster = Cluster(f"{HOST}:{gcs}", f"http://{HOST}:{dash}", temp_dir, log_path, proc, token)
     try:
-        _wait_ready(cluster.dashboard_url, token, proc, log_path, ready_timeout_s)
-        yield cluster
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        cluster = Cluster(f"{HOST}:{gcs}", f"http://{HOST}:{dash}", temp_dir, log_path, proc,
+                          token)
+        try:
+            _wait_ready(cluster.dashboard_url, token, proc, log_path, ready_timeout_s)
+            yield cluster
+        finally:
+            _stop(proc)
     finally:
-        _stop(proc)
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -10,10 +10,11 @@ import pytest
 
 from driver_review.backlog import Lane
 from driver_review.config import load_config, parse_config
+from driver_review.orchestrator import change_of
 from driver_review.runtime.clients import make_catalog
 from driver_review.runtime.system import start_system, stop_system
 from driver_review.sim import SimSettings
-from driver_review.sweep import INTAKE_CHUNK, _change
+from driver_review.sweep import INTAKE_CHUNK
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
@@ -36,7 +37,7 @@ def test_orchestrator_heap_stays_bounded_with_200k_drivers_queued(sim_factory, t
         catalog, _ = make_catalog(config, system.instance)
         chunk, listed = [], 0
         async for summary in catalog.iter_drivers():
-            chunk.append(_change(config, summary))
+            chunk.append(change_of(config.stage_names, summary))
             listed += 1
             if len(chunk) == INTAKE_CHUNK:
                 await system.orchestrator.call("intake", chunk, int(Lane.STALE))

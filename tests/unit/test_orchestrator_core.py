@@ -156,11 +156,18 @@ def test_stale_slices_are_spread_and_oldest_first(clock: Clock) -> None:
     core = make_core(clock, freshness_s=100, high_water=10_000)
     core.intake([change(i, stage=NO_STAGE, status=Status.PUBLISHED) for i in range(1000)])
     assert core.queued() == 0
-    assert core.stale_slice_size(tick_s=1.0) == 10  # 1000 drivers over a 100 s bound
+    # 1000 drivers visited once per 75 s of a 100 s bound, one slice a second
+    assert core.stale_slice_size(tick_s=1.0) == 14
     clock.now += 200
-    got = core.tick()
-    assert got["stale"] == 10
-    assert core.backlogs["compatibility"].depth(Lane.STALE) == 10
+    assert core.tick()["stale"] == 14
+    assert core.backlogs["compatibility"].depth(Lane.STALE) == 14
+    first = items(core.demand("compatibility", 100))
+    assert len(first) == 14
+    core.report(1, [ItemResult(d, v, s, Verdict.CONFIRMED) for d, v, s in first])
+    clock.now += 1
+    assert core.tick()["stale"] == 14
+    second = {d for d, _, _ in items(core.demand("compatibility", 100))}
+    assert second.isdisjoint(d for d, _, _ in first)  # just confirmed: not again so soon
 
 
 def test_restart_from_ledger_requeues_what_was_pending(clock: Clock) -> None:

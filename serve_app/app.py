@@ -1,0 +1,77 @@
+"""The Serve application of driver-review: its typed arguments and its builder.
+
+::
+
+    serve run serve_app.app:build_app instance=main          # import path + args
+    serve run serve_app/serve_config.yaml                    # or serve deploy …
+
+The webhook secret is read from the environment variable ``webhook_secret_env`` (several
+secrets separated by spaces or commas while keys rotate). The value seen by the process
+that builds the app is handed to the replicas (kept out of reprs, never logged), so
+``DRIVER_REVIEW_WEBHOOK_SECRET=whsec_… serve run …`` works against a remote cluster too;
+without it, each replica reads the variable from its own environment.
+
+No ``from __future__ import annotations`` here: Serve reads the builder's parameter
+annotation as a class to validate the args with.
+"""
+
+import os
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+from ray.serve import Application
+from ray.serve.config import BackpressureConfig
+
+from driver_review.config import load_config
+from driver_review.runtime.names import DEFAULT_INSTANCE
+from serve_app.ingress import DriverReviewIngress
+from serve_app.webhook import RedactedSecret, load_verifier
+
+SECRET_ENV = "DRIVER_REVIEW_WEBHOOK_SECRET"
+MIB = 1024 * 1024
+
+
+class IngressArgs(BaseModel):
+    """Arguments of :func:`build_app` (``args:`` in a Serve config file)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    instance: Annotated[str, Field(min_length=1)] = DEFAULT_INSTANCE
+    #: The pipeline file the instance runs with (stage names); None for the shipped default.
+    config: str | None = None
+    webhook_secret_env: Annotated[str, Field(min_length=1)] = SECRET_ENV
+    tolerance_s: Annotated[float, Field(gt=0)] = 300.0
+    max_body_bytes: Annotated[int, Field(gt=0)] = MIB
+    batch_max: Annotated[int, Field(gt=0)] = 256
+    batch_wait_s: Annotated[float, Field(ge=0)] = 0.01
+    dedupe_size: Annotated[int, Field(gt=0)] = 100_000
+    #: Requests one replica works on at once; None: 2 * batch_max, so one batch can fill
+    #: while the previous one is in intake.
+    max_ongoing_requests: Annotated[int, Field(gt=0)] | None = None
+    #: Requests Serve queues per caller (proxy) beyond those; more are shed with 429.
+    max_queued_requests: Annotated[int, Field(gt=0)] = 1000
+    #: Retry-After of Serve's own shedding and of 503s (an intake refusal carries its own).
+    retry_after_s: Annotated[float, Field(ge=0)] = 1.0
+    #: Bound on a call to the orchestrator or cache while a request waits for it.
+    call_timeout_s: Annotated[float, Field(gt=0)] = 10.0
+    #: Bound on the read-only routes (/healthz, /status, /drivers/{id}).
+    status_timeout_s: Annotated[float, Field(gt=0)] = 2.0
+    num_replicas: Annotated[int, Field(gt=0)] = 1
+
+
+def build_app(args: IngressArgs) -> Application:
+    """The ingress of instance ``args.instance`` as a Serve application."""
+    config = load_config(args.config)  # validated once here, passed to every replica
+    value = os.environ.get(args.webhook_secret_env, "").strip()
+    forwarded = RedactedSecret(value) if value else None
+    if forwarded is not None:
+        load_verifier(args.webhook_secret_env, forwarded, args.tolerance_s)  # fail fast
+    return DriverReviewIngress.options(
+        num_replicas=args.num_replicas,
+        max_ongoing_requests=args.max_ongoing_requests or 2 * args.batch_max,
+        max_queued_requests=args.max_queued_requests,
+        backpressure_config=BackpressureConfig(status_code=429,
+                                               retry_after_s=args.retry_after_s),
+        # I/O-bound: reserve no CPU, so a 2-core machine hosts it beside the pipeline.
+        ray_actor_options={"num_cpus": 0},
+    ).bind(args, config, forwarded)

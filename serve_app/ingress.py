@@ -1,0 +1,200 @@
+"""The Serve deployment: the webhook edge of one driver-review instance.
+
+Per request: size cap → signature → shape → dedupe → micro-batch. Accepted pings of
+concurrent requests share one ``orchestrator.intake`` call (``@serve.batch``), and each
+request is answered 202 only once that call returned: a replica dying before then fails
+the request, and the sender retries it. A full intake refuses the whole batch (429 with
+``Retry-After``), so nothing answered 429 was taken.
+
+No ``from __future__ import annotations`` here: FastAPI reads the route signatures.
+"""
+
+import asyncio
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from ray import serve
+
+from driver_review.backlog import Lane
+from driver_review.config import PipelineConfig
+from driver_review.errors import IntakeFull
+from driver_review.runtime.system import System
+from serve_app.counters import IngressCounters
+from serve_app.dedupe import SeenIds
+from serve_app.status import collect_status, json_safe
+from serve_app.webhook import (
+    Ping,
+    RedactedSecret,
+    Refused,
+    load_verifier,
+    parse_ping,
+    read_body,
+    verify,
+)
+
+if TYPE_CHECKING:
+    from serve_app.app import IngressArgs
+
+DEPLOYMENT_NAME = "DriverReviewIngress"
+WEBHOOK_ROUTE = "/webhooks/drivers"
+
+log = logging.getLogger("ray.serve")
+
+api = FastAPI(title="driver-review ingress", docs_url=None, redoc_url=None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """The answer to one request of a micro-batch."""
+
+    status: int
+    counter: str
+    retry_after_s: float | None = None
+    detail: str = ""
+
+    def response(self) -> JSONResponse:
+        if self.status == 202:
+            return JSONResponse({"status": "accepted"}, status_code=202)
+        headers = {}
+        if self.retry_after_s is not None:
+            # Retry-After takes whole seconds; round up so the sender never comes early.
+            headers["Retry-After"] = str(max(1, math.ceil(self.retry_after_s)))
+        return JSONResponse({"detail": self.detail}, status_code=self.status, headers=headers)
+
+
+_ACCEPTED = _Outcome(202, "accepted")
+
+
+@serve.deployment(name=DEPLOYMENT_NAME)
+@serve.ingress(api)
+class DriverReviewIngress:
+    def __init__(self, args: "IngressArgs", config: PipelineConfig,
+                 secret: RedactedSecret | None = None) -> None:
+        # A missing or malformed secret fails the replica here, with one line naming the
+        # variable (never its value), so the deployment never serves unverified.
+        self.verifier = load_verifier(args.webhook_secret_env, secret, args.tolerance_s)
+        self.args = args
+        self.stages = config.stage_names
+        self.system = System.attach(config, args.instance)
+        for ref in self.system.all_refs():
+            # Bounded: a sender gives up after a few seconds; better a 503 it retries.
+            ref.timeout_s = args.call_timeout_s
+        self.seen = SeenIds(max_size=args.dedupe_size, ttl_s=args.tolerance_s)
+        self._inflight: dict[str, asyncio.Future[bool]] = {}
+        self.counters = IngressCounters(args.instance)
+        self._intake_batch.set_max_batch_size(args.batch_max)
+        self._intake_batch.set_batch_wait_timeout_s(args.batch_wait_s)
+
+    # -- webhook --------------------------------------------------------------------------
+    @api.post(WEBHOOK_ROUTE, status_code=202)
+    async def webhook(self, request: Request) -> JSONResponse:
+        try:
+            body = await read_body(request.headers, request.stream(), self.args.max_body_bytes)
+            msg_id = verify(self.verifier, request.headers, body)
+            ping = parse_ping(msg_id, body, self.stages)
+        except Refused as refused:
+            self.counters.count(f"refused_{refused.status}")
+            return JSONResponse({"detail": refused.detail}, status_code=refused.status)
+        return await self._take(ping)
+
+    async def _take(self, ping: Ping) -> JSONResponse:
+        msg_id = ping.msg_id
+        # A sender's retry racing its own first attempt waits for that attempt's outcome
+        # instead of being enqueued beside it.
+        while (pending := self._inflight.get(msg_id)) is not None:
+            await asyncio.shield(pending)
+        if msg_id in self.seen:
+            self.counters.count("duplicate")
+            return JSONResponse({"status": "duplicate"}, status_code=200)
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._inflight[msg_id] = done
+        accepted = False
+        try:
+            outcome: _Outcome = await self._intake_batch(ping)
+            accepted = outcome.status == 202
+            if accepted:
+                self.seen.add(msg_id)
+        finally:
+            del self._inflight[msg_id]
+            done.set_result(accepted)
+        self.counters.count(outcome.counter)
+        return outcome.response()
+
+    @serve.batch(max_batch_size=256, batch_wait_timeout_s=0.01)  # sizes set from args
+    async def _intake_batch(self, pings: list[Ping]) -> list[_Outcome]:
+        n = len(pings)
+        self.counters.batch(n)
+        records = [p.record for p in pings if p.record is not None]
+        if records:
+            try:
+                await asyncio.wait_for(self.system.cache.call("fill", records),
+                                       self.args.call_timeout_s)
+            except Exception as exc:  # only an optimisation: the worker fetches instead
+                log.warning("cache fill of %d fat pings failed: %s", len(records),
+                            type(exc).__name__)
+        changes = [p.change for p in pings]
+        try:
+            await asyncio.wait_for(
+                self.system.orchestrator.call("intake", changes, int(Lane.FRESH)),
+                self.args.call_timeout_s,
+            )
+        except IntakeFull as full:
+            out = _Outcome(429, "intake_full", _retry_after_s(full), "intake is full")
+            return [out] * n
+        except Exception as exc:
+            # Timed out or unreachable: maybe taken, maybe not. Say "later"; a retry is
+            # harmless because the orchestrator ignores news it already has.
+            log.warning("intake of %d pings failed: %s: %s", n, type(exc).__name__, exc)
+            out = _Outcome(503, "unavailable", self.args.retry_after_s,
+                           "orchestrator unavailable")
+            return [out] * n
+        return [_ACCEPTED] * n
+
+    # -- read-only ------------------------------------------------------------------------
+    @api.get("/healthz")
+    async def healthz(self) -> JSONResponse:
+        try:
+            await asyncio.wait_for(self.system.orchestrator.call("ping"),
+                                   self.args.status_timeout_s)
+        except Exception as exc:
+            return JSONResponse({"status": "unavailable",
+                                 "detail": f"orchestrator: {type(exc).__name__}"}, 503)
+        return JSONResponse({"status": "ok"})
+
+    @api.get("/status")
+    async def status(self) -> JSONResponse:
+        doc = await collect_status(self.system, timeout_s=self.args.status_timeout_s)
+        doc["ingress"] = {**self.counters.snapshot(), "replica": _replica_id(),
+                          "dedupe_entries": len(self.seen), "in_flight": len(self._inflight)}
+        return JSONResponse(doc)
+
+    @api.get("/drivers/{driver_id}")
+    async def driver(self, driver_id: str) -> JSONResponse:
+        try:
+            entry = await asyncio.wait_for(self.system.orchestrator.call("driver", driver_id),
+                                           self.args.status_timeout_s)
+        except Exception as exc:
+            return JSONResponse({"detail": f"orchestrator: {type(exc).__name__}"}, 503)
+        if entry is None:
+            return JSONResponse({"detail": f"driver {driver_id!r} is not in the ledger"}, 404)
+        return JSONResponse(json_safe(entry))
+
+
+def _retry_after_s(full: BaseException) -> float:
+    # Ray re-raises the actor's IntakeFull as a subclass carrying the cause's attributes;
+    # fall back to the cause, then to 1 s, should that ever change.
+    delay = getattr(full, "retry_after_s", None)
+    if delay is None:
+        delay = getattr(getattr(full, "cause", None), "retry_after_s", 1.0)
+    return float(delay)
+
+
+def _replica_id() -> Any:
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # outside a replica (unit use)
+        return None

@@ -1,0 +1,94 @@
+"""One status document of a running instance, gathered from its actors' ``stats()``.
+
+Shared by ``GET /status`` of the Serve ingress and the ``driver-review status`` CLI
+(``asyncio.run(collect_status(System.attach(config, instance)))``). Every part is asked
+at once and given ``timeout_s``: a part that does not answer in time (restarting, busy)
+is listed under ``unavailable`` instead of holding up the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+from driver_review.runtime.system import System
+
+DEFAULT_TIMEOUT_S = 2.0
+
+
+async def _ask(ref: Any, timeout_s: float) -> Any:
+    return await asyncio.wait_for(ref.call("stats"), timeout=timeout_s)
+
+
+async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
+    """Window, watermark, backlog per stage, leases, workers per stage, governor rates,
+    cache hit ratio and the oldest review age of ``system``, as plain JSON values."""
+    parts: dict[str, Any] = {
+        "orchestrator": system.orchestrator, "cache": system.cache, "governor": system.governor,
+        **{f"pool/{stage}": ref for stage, ref in system.pools.items()},
+    }
+    answers = await asyncio.gather(*(_ask(ref, timeout_s) for ref in parts.values()),
+                                   return_exceptions=True)
+    got: dict[str, Any] = {}
+    unavailable: dict[str, str] = {}
+    for name, answer in zip(parts, answers, strict=True):
+        if isinstance(answer, BaseException):
+            unavailable[name] = type(answer).__name__
+        else:
+            got[name] = answer
+    orch = got.get("orchestrator") or {}
+    cache = got.get("cache") or {}
+    status: dict[str, Any] = {
+        "instance": system.instance,
+        "at": time.time(),
+        "ok": not unavailable,
+        "unavailable": unavailable,
+        "window": orch.get("window"),
+        "watermark": orch.get("watermark"),
+        "high_water": orch.get("high_water"),
+        "backlog": {s: b for s, b in (orch.get("backlog") or {}).items()},
+        "leases": orch.get("leases"),
+        "leased": orch.get("leased_items"),
+        "ledger": orch.get("ledger"),
+        "oldest_review_age_s": orch.get("oldest_review_age_s"),
+        "counters": orch.get("counters"),
+        "workers": {},
+        "pools": {},
+        "governor": _governor(got.get("governor")),
+        "cache": {k: cache.get(k) for k in ("entries", "bytes", "hits", "misses", "stale",
+                                            "fills", "fetches", "not_modified", "hit_ratio")}
+        if cache else None,
+    }
+    for stage in system.pools:
+        pool = got.get(f"pool/{stage}")
+        if pool is None:
+            continue
+        status["workers"][stage] = pool.get("workers")
+        status["pools"][stage] = {k: pool.get(k) for k in (
+            "workers", "min_workers", "max_workers", "in_flight", "waiting_for_permit",
+            "backlog", "last_reason")}
+    return json_safe(status)
+
+
+def json_safe(value: Any) -> Any:
+    """Plain JSON values: strict JSON (and Starlette's encoder) has no inf/nan, and actor
+    stats may hold numpy scalars."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, str | bytes):
+        value = value.item()  # numpy scalar
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _governor(stats: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
+    """Per endpoint key: the rate in force and what it was learnt from."""
+    if stats is None:
+        return None
+    keep = ("state", "rate", "limit_estimate", "safe_rate", "header_rate", "paused_for_s")
+    return {key: {k: gov.get(k) for k in keep} for key, gov in stats.items()}

@@ -1,0 +1,145 @@
+"""What the ingress does with one webhook request before it reaches the orchestrator:
+read the body under a size cap, verify the Standard Webhooks signature, parse and validate
+the ping, and turn it into a :class:`~driver_review.ledger.Change`.
+
+Pure logic (no Serve, no Ray): every refusal is a :class:`Refused` carrying the HTTP
+status and a one-line detail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from driver_review.catalog.models import DriverRecord, WebhookPing
+from driver_review.errors import ConfigError, SignatureError
+from driver_review.ledger import NO_STAGE, VERSION_BYTES, Change, Status
+from driver_review.webhooks import Verifier
+
+
+class Refused(Exception):
+    """A request the ingress answers with a 4xx; nothing of it was enqueued."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """A verified, validated ping, ready for intake."""
+
+    msg_id: str
+    change: Change
+    record: DriverRecord | None  # set for a fat ping: it fills the cache, no fetch needed
+
+
+class RedactedSecret:
+    """The secret value(s) forwarded from the process that built the app: kept out of
+    reprs and logs, which may print deployment init arguments."""
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "RedactedSecret(***)"
+
+
+def split_secrets(value: str) -> list[str]:
+    """Several secrets while keys rotate, separated by spaces and/or commas."""
+    return [part for part in re.split(r"[\s,]+", value.strip()) if part]
+
+
+def load_verifier(env_name: str, forwarded: RedactedSecret | None, tolerance_s: float,
+                  environ: Mapping[str, str] = os.environ) -> Verifier:
+    """A :class:`Verifier` for the secret(s) in ``env_name``.
+
+    The value the app builder saw wins: whoever deploys sets the variable where they run
+    ``serve run``/``driver-review serve``, which is not always where replicas run (a
+    remote cluster). Without it, the replica's own environment (``serve deploy`` builds
+    the app on the cluster, so both are the same there). Errors name the variable only.
+    """
+    raw = forwarded.reveal() if forwarded is not None else environ.get(env_name, "")
+    secrets = split_secrets(raw)
+    if not secrets:
+        raise ConfigError(
+            f"webhook secret: environment variable {env_name} is not set or empty "
+            "(set it where the app is built or on every node of the cluster)"
+        )
+    try:
+        return Verifier(secrets, tolerance_s=tolerance_s)
+    except ConfigError as exc:
+        # decode_secret's message never contains the secret; say which variable it was.
+        raise ConfigError(f"{env_name}: {exc}") from None
+
+
+async def read_body(headers: Mapping[str, str], chunks: AsyncIterator[bytes],
+                    max_bytes: int) -> bytes:
+    """The body, refused with 413 above ``max_bytes`` — by the announced Content-Length
+    before reading anything, and by the bytes actually read (a sender can lie or chunk)."""
+    declared = headers.get("content-length")
+    if declared is not None:
+        try:
+            length = int(declared)
+        except ValueError:
+            raise Refused(400, "content-length is not an integer") from None
+        if length > max_bytes:
+            raise Refused(413, f"body of {length} bytes is over the {max_bytes} byte limit")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > max_bytes:
+            raise Refused(413, f"body is over the {max_bytes} byte limit")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def verify(verifier: Verifier, headers: Mapping[str, str], body: bytes) -> str:
+    """The message id of a correctly signed, timely message; else 401 saying which."""
+    try:
+        return verifier.verify(headers, body)
+    except SignatureError as exc:
+        raise Refused(401, f"webhook signature: {exc}") from None
+
+
+def _where(loc: Sequence[object]) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def parse_ping(msg_id: str, body: bytes, stages: Sequence[str]) -> Ping:
+    """Validate the body as a :class:`WebhookPing` (400 not JSON, 422 wrong shape)."""
+    try:
+        ping = WebhookPing.model_validate_json(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        if any(err["type"] == "json_invalid" for err in errors):
+            raise Refused(400, "body is not valid JSON") from None
+        err = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise Refused(422, f"{_where(err['loc'])}: {err['msg']}{more}") from None
+    data = ping.data
+    if len(data.version.encode()) > VERSION_BYTES:
+        # The ledger stores versions in fixed-width columns; refuse rather than truncate.
+        raise Refused(422, f"data.version: longer than {VERSION_BYTES} bytes")
+    if data.stage is None:
+        stage = NO_STAGE
+    elif data.stage in stages:
+        stage = list(stages).index(data.stage)
+    else:
+        raise Refused(422, f"data.stage: unknown stage {data.stage!r} (the pipeline has "
+                           f"{', '.join(stages)})")
+    record = data.record
+    if record is not None and (record.id != data.id or record.version != data.version):
+        raise Refused(422, "data.record: id or version differs from data.id/data.version")
+    change = Change(data.id, data.version, stage, Status[data.status.upper()],
+                    data.updated_at.timestamp())
+    return Ping(msg_id, change, record)
