@@ -8,6 +8,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from driver_review.config import DEFAULT_INSTANCE
 from driver_review.errors import DriverReviewError
 
 
@@ -47,6 +48,17 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--json", action="store_true", help="print a JSON summary last")
     sweep.add_argument("--timeout-s", type=_positive(float), default=3600.0)
     sweep.add_argument("--instance", help="actor name prefix (default: sweep-<random>)")
+
+    serve = sub.add_parser("serve", help="the always-on service (webhooks, poller, pools)")
+    _add_pipeline_args(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=_positive(int), default=8000)
+    serve.add_argument("--instance", default=DEFAULT_INSTANCE, help="actor name prefix")
+
+    status = sub.add_parser("status", help="state of a running instance")
+    status.add_argument("--config", help="pipeline file the instance runs with")
+    status.add_argument("--instance", default=DEFAULT_INSTANCE)
+    status.add_argument("--json", action="store_true", help="print JSON")
 
     report = sub.add_parser("report", help="summarise the Parquet results")
     report.add_argument("--data-dir", default="./data", help="local path or pyarrow.fs URI")
@@ -97,6 +109,18 @@ def _run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(summary, sort_keys=True))
         return 1 if summary["timed_out"] else 0
+    if args.command == "serve":
+        from driver_review.service import run_service
+
+        return run_service(_load(args), config_path=args.config, instance=args.instance,
+                           data_dir=args.data_dir, host=args.host, port=args.port)
+    if args.command == "status":
+        from driver_review.config import load_config
+        from driver_review.service import format_status, read_status
+
+        state = read_status(load_config(args.config), args.instance)
+        print(json.dumps(state, sort_keys=True) if args.json else "\n".join(format_status(state)))
+        return 0 if state["ok"] else 1
     if args.command == "report":
         from driver_review.report import build_report, format_report
 

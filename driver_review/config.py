@@ -22,6 +22,8 @@ from pydantic import (
 from driver_review.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default_pipeline.yaml")
+#: Actor-name prefix of the always-on service; sweeps use ``sweep-<random>``.
+DEFAULT_INSTANCE = "main"
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]

@@ -69,6 +69,24 @@ class _Outcome:
 _ACCEPTED = _Outcome(202, "accepted")
 
 
+def _retry_after_s(full: BaseException) -> float:
+    # Ray re-raises the actor's IntakeFull as a subclass carrying the cause's attributes;
+    # fall back to the cause, then to 1 s, should that ever change.
+    delay = getattr(full, "retry_after_s", None)
+    if delay is None:
+        delay = getattr(getattr(full, "cause", None), "retry_after_s", 1.0)
+    return float(delay)
+
+
+def _replica_id() -> Any:
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # outside a replica (unit use)
+        return None
+
+
+# Helpers the class uses are defined above it: Serve serialises the ingress class by
+# value when it is decorated, capturing only the module names that exist by then.
 @serve.deployment(name=DEPLOYMENT_NAME)
 @serve.ingress(api)
 class DriverReviewIngress:
@@ -182,19 +200,3 @@ class DriverReviewIngress:
         if entry is None:
             return JSONResponse({"detail": f"driver {driver_id!r} is not in the ledger"}, 404)
         return JSONResponse(json_safe(entry))
-
-
-def _retry_after_s(full: BaseException) -> float:
-    # Ray re-raises the actor's IntakeFull as a subclass carrying the cause's attributes;
-    # fall back to the cause, then to 1 s, should that ever change.
-    delay = getattr(full, "retry_after_s", None)
-    if delay is None:
-        delay = getattr(getattr(full, "cause", None), "retry_after_s", 1.0)
-    return float(delay)
-
-
-def _replica_id() -> Any:
-    try:
-        return serve.get_replica_context().replica_id.unique_id
-    except Exception:  # outside a replica (unit use)
-        return None

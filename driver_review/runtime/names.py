@@ -17,8 +17,9 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
 
+from driver_review.config import DEFAULT_INSTANCE
+
 NAMESPACE = "driver_review"
-DEFAULT_INSTANCE = "main"
 LOOKUP_TIMEOUT_S = 60.0
 _RETRYABLE = (ActorUnavailableError, ActorDiedError, GetTimeoutError)
 

@@ -1,0 +1,119 @@
+"""``driver-review serve`` and ``driver-review status``.
+
+The service is the pipeline plus its two ways of hearing about changes: the Serve webhook
+ingress (fast) and the delta poller (certain), with the outer loop inside the orchestrator.
+Shutdown order: stop intake (delete the Serve app, stop the poller) → drain the pools
+(workers finish what they hold and flush results) → stop the services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import threading
+from typing import Any, TextIO
+
+from driver_review.config import PipelineConfig
+from driver_review.errors import ConfigError
+
+SECRET_ENV = "DRIVER_REVIEW_WEBHOOK_SECRET"
+
+
+def serve_app_name(instance: str) -> str:
+    return f"driver-review-{instance}"
+
+
+def start_service(
+    config: PipelineConfig, *, config_path: str | None, instance: str, data_dir: str,
+    host: str, port: int, poll_interval_s: float | None = None,
+) -> Any:
+    """Start (or join) the instance's actors, the poller and the Serve ingress. Returns the
+    :class:`~driver_review.runtime.system.System`. Requires a connected Ray."""
+    from ray import serve
+
+    from driver_review.runtime.system import start_system
+    from serve_app.app import IngressArgs, build_app
+
+    if not os.environ.get(SECRET_ENV, "").strip():
+        raise ConfigError(f"{SECRET_ENV} is not set: the webhook secret (whsec_…) is required")
+    app = build_app(IngressArgs(instance=instance, config=config_path))  # checks the secret
+    system = start_system(config, instance=instance, data_dir=data_dir, outer_loop=True,
+                          poll=True, poll_interval_s=poll_interval_s)
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(app, name=serve_app_name(instance), route_prefix="/", blocking=False)
+    return system
+
+
+def stop_service(system: Any) -> dict[str, Any]:
+    from ray import serve
+
+    from driver_review.runtime.system import stop_system
+
+    serve.delete(serve_app_name(system.instance))  # intake stops first: no new pings
+    return asyncio.run(stop_system(system))
+
+
+def run_service(
+    config: PipelineConfig, *, config_path: str | None, instance: str, data_dir: str,
+    host: str, port: int, out: TextIO = sys.stdout,
+) -> int:
+    from driver_review.runtime.names import connect
+
+    connect(quiet=False)
+    system = start_service(config, config_path=config_path, instance=instance,
+                           data_dir=data_dir, host=host, port=port)
+    print(f"driver-review serving instance {instance!r}: webhooks at "
+          f"http://{host}:{port}/webhooks/drivers, status at http://{host}:{port}/status",
+          file=out, flush=True)
+    print("Ctrl-C stops: intake first, then drain, then the services.", file=out, flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    print("stopping: intake, drain, services ...", file=out, flush=True)
+    stop_service(system)
+    print("stopped.", file=out, flush=True)
+    return 0
+
+
+def read_status(config: PipelineConfig, instance: str) -> dict[str, Any]:
+    """The status document of a running instance, from any shell on the cluster."""
+    import ray
+
+    from driver_review.runtime.names import NAMESPACE
+    from driver_review.runtime.system import System
+    from serve_app.status import collect_status
+
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", namespace=NAMESPACE,
+                 log_to_driver=False)
+    return asyncio.run(collect_status(System.attach(config, instance)))
+
+
+def format_status(status: dict[str, Any]) -> list[str]:
+    lines = [f"instance {status['instance']}: {'ok' if status['ok'] else 'DEGRADED'}"]
+    if status.get("unavailable"):
+        lines.append("  unavailable: " + ", ".join(f"{k} ({v})"
+                                                  for k, v in status["unavailable"].items()))
+    ledger = status.get("ledger") or {}
+    if ledger:
+        lines.append(f"  drivers {ledger.get('drivers')}: in review {ledger.get('in_review')}, "
+                     f"published {ledger.get('published')}, rejected {ledger.get('rejected')}")
+    lines.append(f"  watermark {status.get('watermark')}, oldest review "
+                 f"{(status.get('oldest_review_age_s') or 0):.0f}s ago, "
+                 f"{status.get('leased') or 0} items leased")
+    lines.append(f"  {'stage':<14}{'queued':>8}{'workers':>9}{'in flight':>11}{'held':>6}")
+    for stage, pool in (status.get("pools") or {}).items():
+        queued = (status.get("backlog") or {}).get(stage, {}).get("queued", 0)
+        lines.append(f"  {stage:<14}{queued:>8}{pool['workers']:>9}{pool['in_flight']:>11}"
+                     f"{pool['waiting_for_permit']:>6}")
+    for key, gov in (status.get("governor") or {}).items():
+        lines.append(f"  governor {key}: {gov.get('state')} at {gov.get('rate', 0):.1f}/s, "
+                     f"{gov.get('429s', 0)} 429s")
+    cache = status.get("cache") or {}
+    if cache:
+        lines.append(f"  cache: {cache.get('entries')} entries, hit ratio "
+                     f"{(cache.get('hit_ratio') or 0):.2f}")
+    return lines
