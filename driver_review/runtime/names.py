@@ -17,7 +17,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
 
-from driver_review.config import DEFAULT_INSTANCE
+from driver_review.config import DEFAULT_INSTANCE  # noqa: F401  (re-exported)
 
 NAMESPACE = "driver_review"
 LOOKUP_TIMEOUT_S = 60.0
