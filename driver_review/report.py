@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pyarrow.compute as pc
 
 from driver_review.results import read_results
@@ -23,6 +24,10 @@ def build_report(data_dir: str) -> dict[str, Any]:
     for entry in table.column("reasons").to_pylist():
         for check, _ in entry or []:
             reasons[check] += 1
+    fresh = table.filter(pc.equal(table.column("lane"), "fresh"))
+    waited_s = (pc.subtract(fresh.column("reviewed_at").cast("int64"),
+                            fresh.column("queued_at").cast("int64")).to_numpy() / 1e6
+                if fresh.num_rows else np.zeros(0))
     first = pc.min(table.column("reviewed_at")).as_py() if rows else None
     last = pc.max(table.column("reviewed_at")).as_py() if rows else None
     return {
@@ -32,9 +37,18 @@ def build_report(data_dir: str) -> dict[str, Any]:
         "verdicts": dict(verdicts),
         "by_stage": by_stage,
         "top_reasons": dict(reasons.most_common(10)),
+        "intake_to_decision_s": latency_summary(waited_s),
         "first_reviewed_at": first.isoformat() if first else None,
         "last_reviewed_at": last.isoformat() if last else None,
     }
+
+
+def latency_summary(seconds: np.ndarray) -> dict[str, float] | None:
+    if len(seconds) == 0:
+        return None
+    p50, p99 = np.percentile(seconds, [50, 99])
+    return {"n": len(seconds), "p50": round(float(p50), 4), "p99": round(float(p99), 4),
+            "max": round(float(seconds.max()), 4)}
 
 
 def format_report(report: dict[str, Any]) -> list[str]:
@@ -44,6 +58,10 @@ def format_report(report: dict[str, Any]) -> list[str]:
         lines.append(f"  from {report['first_reviewed_at']} to {report['last_reviewed_at']}")
     for stage, verdicts in sorted(report["by_stage"].items()):
         lines.append(f"  {stage:<14} " + ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items())))
+    if report["intake_to_decision_s"]:
+        lat = report["intake_to_decision_s"]
+        lines.append(f"  intake to decision (fresh lane): p50 {lat['p50']:.3f}s, "
+                     f"p99 {lat['p99']:.3f}s over {lat['n']} decisions")
     if report["top_reasons"]:
         lines.append("  checks behind rejections/errors: " +
                      ", ".join(f"{c} {n}" for c, n in report["top_reasons"].items()))

@@ -38,6 +38,9 @@ SCHEMA = pa.schema(
         ("reasons", pa.map_(pa.string(), pa.string())),
         ("checks", pa.list_(CHECK_TYPE)),
         ("reviewed_at", pa.timestamp("us", tz="UTC")),
+        # When the work item entered the backlog: reviewed_at - queued_at is the time from
+        # intake (a ping's acceptance, a poll, a follow-up) to the decision.
+        ("queued_at", pa.timestamp("us", tz="UTC")),
         ("duration_s", pa.float64()),
         ("lane", pa.string()),
         ("worker", pa.string()),
@@ -54,6 +57,7 @@ class ResultRow:
     reasons: dict[str, str]
     checks: list[dict]
     reviewed_at: float  # epoch seconds
+    queued_at: float  # epoch seconds
     duration_s: float
     lane: str
     worker: str
@@ -75,12 +79,13 @@ def _table(rows: Sequence[ResultRow]) -> pa.Table:
         "reasons": [list(r.reasons.items()) for r in rows],
         "checks": [r.checks for r in rows],
         "reviewed_at": [int(r.reviewed_at * 1_000_000) for r in rows],
+        "queued_at": [int(r.queued_at * 1_000_000) for r in rows],
         "duration_s": [r.duration_s for r in rows],
         "lane": [r.lane for r in rows],
         "worker": [r.worker for r in rows],
     }
     return pa.table(
-        [pa.array(cols[f.name], f.type if f.name != "reviewed_at" else pa.int64())
+        [pa.array(cols[f.name], pa.int64() if pa.types.is_timestamp(f.type) else f.type)
          .cast(f.type) for f in SCHEMA],
         schema=SCHEMA,
     )

@@ -230,5 +230,6 @@ class StageWorker:
         return ResultRow(
             driver_id=item["driver_id"], version=item["version"], stage=item["stage"],
             verdict=verdict, reasons=reasons, checks=checks, reviewed_at=now,
+            queued_at=item["enqueued_at"],
             duration_s=now - started, lane=_LANES.get(item["lane"], "fresh"), worker=self.name,
         )

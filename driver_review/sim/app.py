@@ -203,4 +203,11 @@ def create_app(settings: SimSettings, state: CatalogState) -> Edge:
         state.stats.reset()
         return {"reset": True}
 
+    @api.post("/_sim/pause", include_in_schema=False)
+    async def pause() -> dict[str, bool]:
+        """Stop making changes (webhooks already queued still go out), so that a run can
+        end with a catalog that holds still and compare it with its truth."""
+        await generator.aclose()
+        return {"paused": True}
+
     return Edge(api, settings, state.stats)
