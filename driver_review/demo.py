@@ -1,95 +1,189 @@
 """``driver-review demo``: the whole product on this machine, in one command.
 
-Starts the simulated vendor catalog on loopback (rate-limited, with latency and a few
-faults, and an undisclosed limit the governor has to discover), a local Ray, and runs a
-review sweep of the catalog through the pipeline, showing progress; then checks every
-driver's final state against the simulator's ground truth and says where the results are.
+1. The simulated vendor catalog on loopback: rate-limited (the limit is not told to the
+   client), with latency and a few faults, a steady stream of driver updates with bursts,
+   and signed webhook pings — a share of them dropped on purpose.
+2. A local Ray running the service: the Serve webhook ingress, the delta poller, the
+   orchestrator, autoscaling stage pools, the driver cache and the rate governor.
+3. A live view for ``--duration`` seconds; then the catalog holds still, the service
+   catches up, every driver's final state is checked against the simulator's ground
+   truth, and the service stops in order (intake, drain, services).
 """
 
 from __future__ import annotations
 
+import base64
+import os
+import socket
 import sys
 import time
-from typing import TextIO
+import uuid
+from typing import Any, TextIO
 
 import httpx
 
 from driver_review.config import load_config
-from driver_review.runtime.names import connect
+from driver_review.report import build_report
+from driver_review.service import SECRET_ENV, start_service, stop_service
 from driver_review.sim import SimServer, SimSettings
-from driver_review.sweep import Progress, SweepOptions, format_summary, run_sweep
 
 DEMO_RATE_LIMIT = 150.0  # requests/s the simulated vendor allows (the client is not told)
+CATCH_UP_S = 120.0  # after the updates stop, how long the service may take to finish
+VIEW_EVERY_S = 1.0
 
 
-def _say(out: TextIO, text: str = "") -> None:
-    out.write(text + "\n")
-    out.flush()
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class View:
+    """A block redrawn in place on a terminal; a plain line every few seconds otherwise."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self._drawn = 0
+        self._last = 0.0
+
+    def say(self, text: str = "") -> None:
+        self._drawn = 0
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def show(self, lines: list[str]) -> None:
+        if self.tty:
+            up = f"\x1b[{self._drawn}F" if self._drawn else ""
+            self.out.write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
+            self._drawn = len(lines)
+        elif time.monotonic() - self._last >= 5.0:
+            self._last = time.monotonic()
+            self.out.write(" | ".join(line.strip() for line in lines[:1] + lines[-2:]) + "\n")
+        self.out.flush()
 
 
 def run_demo(*, duration_s: float, drivers: int, data_dir: str, out: TextIO = sys.stdout) -> int:
+    view = View(out)
+    secret = os.environ.get(SECRET_ENV) or "whsec_" + base64.b64encode(os.urandom(24)).decode()
+    os.environ[SECRET_ENV] = secret  # the ingress reads it from the environment
+    port = _free_port()
     settings = SimSettings(
-        drivers=drivers, seed=42, rate_limit=DEMO_RATE_LIMIT, latency_ms=15.0, fault_rate=0.01,
-        fault_timeout_s=3.0,
+        drivers=drivers, seed=42, rate_limit=DEMO_RATE_LIMIT, latency_ms=15.0,
+        fault_rate=0.01, fault_timeout_s=3.0, update_rate=4.0, burst_every_s=20.0,
+        burst_size=40, webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers",
+        webhook_secret=secret, webhook_drop_rate=0.1,
     )
     with SimServer(settings).start() as sim:
-        _say(out, f"simulated vendor catalog: {sim.url} ({drivers} drivers, "
-                  f"{DEMO_RATE_LIMIT:g} req/s limit not disclosed to the client, 1% faults)")
-        _tour(sim.url, out)
-        _say(out, "starting Ray (local) ...")
+        view.say(f"simulated vendor catalog at {sim.url}: {drivers} drivers, "
+                 f"{DEMO_RATE_LIMIT:g} req/s limit (undisclosed), 1% faults, ~4 updates/s "
+                 "with bursts, signed pings (10% dropped on purpose)")
+        _tour(sim.url, view)
+        view.say("starting Ray, the service and its Serve ingress ...")
+        from driver_review.runtime.names import connect
+
         connect()
-        config = load_config().with_overrides(catalog={"url": sim.url})
-        summary = run_sweep(
-            config, SweepOptions(data_dir=data_dir, timeout_s=duration_s), Progress(out=out)
+        config = load_config().with_overrides(
+            catalog={"url": sim.url}, window={"bucket_s": 5.0, "freshness_s": 600.0},
+            results={"rollover_s": 5.0},
         )
-        format_summary(summary, write=lambda line: _say(out, line))
-        wrong = _compare_with_truth(sim.url)
-        if wrong:
-            _say(out, f"{len(wrong)} drivers differ from the simulator's truth, e.g. {wrong[:3]}")
-        else:
-            _say(out, f"every driver's final state equals the simulator's truth ({drivers}/"
-                      f"{drivers})")
-        _say(out, "")
-        _say(out, f"results: Parquet under {data_dir}/reviews/ — try "
-                  f"`driver-review report --data-dir {data_dir}`")
-        return 1 if wrong or summary["timed_out"] else 0
+        instance = f"demo-{uuid.uuid4().hex[:6]}"
+        system = start_service(config, config_path=None, instance=instance, data_dir=data_dir,
+                               host="127.0.0.1", port=port, poll_interval_s=5.0)
+        view.say(f"service {instance!r} listening on http://127.0.0.1:{port} "
+                 f"(try GET /status); Ray dashboard: http://127.0.0.1:8265")
+        started = time.monotonic()
+        while time.monotonic() - started < duration_s:
+            view.show(_frame(system, sim.url, time.monotonic() - started, "live"))
+            time.sleep(VIEW_EVERY_S)
+        httpx.post(f"{sim.url}/_sim/pause", timeout=10)
+        view.say("updates stopped; the service catches up ...")
+        deadline = time.monotonic() + CATCH_UP_S
+        done, total = sim.state.converged()
+        while done < total and time.monotonic() < deadline:
+            view.show(_frame(system, sim.url, time.monotonic() - started, "catching up"))
+            time.sleep(VIEW_EVERY_S)
+            done, total = sim.state.converged()
+        final = _frame(system, sim.url, time.monotonic() - started, "done")
+        stop_service(system)
+        view.show(final)
+        _summary(view, sim.url, data_dir, done, total)
+        return 0 if done == total else 1
 
 
-def _tour(url: str, out: TextIO) -> None:
-    """A few raw calls, as any client would see the vendor: records, ETags, 429s, faults."""
+def _frame(system: Any, sim_url: str, elapsed_s: float, phase: str) -> list[str]:
+    import asyncio
+
+    from serve_app.status import collect_status
+
+    status = asyncio.run(collect_status(system))
+    sim = httpx.get(f"{sim_url}/_sim/stats", timeout=10).json()
+    requests = sum(sum(by.values()) for by in sim["requests"].values())
+    hooks = sim["webhooks"]
+    verdicts = (status.get("counters") or {}).get("verdicts", {})
+    lines = [
+        f"[{phase} {elapsed_s:5.0f}s] catalog: {sim['changes_generated']} changes, "
+        f"{requests} calls, 429s {sim['rate_limited'] / max(requests, 1):.1%}, pings "
+        f"{hooks.get('delivered', 0)} delivered / {hooks.get('dropped', 0)} dropped",
+        f"  {'stage':<14}{'queued':>8}{'workers':>9}{'in flight':>11}{'held':>6}",
+    ]
+    for stage, pool in (status.get("pools") or {}).items():
+        queued = (status.get("backlog") or {}).get(stage, {}).get("queued", 0)
+        lines.append(f"  {stage:<14}{queued:>8}{pool['workers']:>9}{pool['in_flight']:>11}"
+                     f"{pool['waiting_for_permit']:>6}")
+    gov = next(iter((status.get("governor") or {}).values()), {})
+    cache = status.get("cache") or {}
+    lines.append("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items()))
+                 + f"; governor {gov.get('rate', 0):.0f}/s ({gov.get('state', '-')}); "
+                 f"cache hit ratio {(cache.get('hit_ratio') or 0):.2f}")
+    return lines
+
+
+def _summary(view: View, sim_url: str, data_dir: str, done: int, total: int) -> None:
+    sim = httpx.get(f"{sim_url}/_sim/stats", timeout=10).json()
+    report = build_report(data_dir)
+    lat = report.get("intake_to_decision_s") or {}
+    view.say("")
+    view.say(f"final state equals the simulator's truth for {done}/{total} drivers"
+             + ("" if done == total else "  <-- NOT all"))
+    view.say(f"decisions PUT to the catalog: {sim['decisions']} "
+             f"({sim['duplicate_decisions']} repeats, harmless by design)")
+    if lat:
+        view.say(f"intake to decision: p50 {lat['p50']:.2f}s, p99 {lat['p99']:.2f}s")
+    view.say(f"results: {report['rows']} rows of Parquet under {data_dir}/reviews/ — "
+             f"`driver-review report --data-dir {data_dir}`")
+
+
+def _tour(url: str, view: View) -> None:
+    """A few raw calls, as any client sees the vendor: records, ETags, 429s, faults."""
     with httpx.Client(base_url=url, timeout=2.0) as client:
 
-        def get(path: str, **kwargs: object) -> httpx.Response | None:
+        def get(path: str, **kwargs: Any) -> httpx.Response | None:
             try:
-                return client.get(path, **kwargs)  # type: ignore[arg-type]
+                return client.get(path, **kwargs)
             except httpx.HTTPError as exc:
-                _say(out, f"  (a fault the simulator injected: {type(exc).__name__})")
+                view.say(f"  (a fault the simulator injected: {type(exc).__name__})")
                 return None
 
         record = None
-        while record is None or record.status_code != 200:
+        for _ in range(10):  # bounded: faults are 1%
             record = get("/v1/drivers/drv-000001")
+            if record is not None and record.status_code == 200:
+                break
+        if record is None or record.status_code != 200:
+            return
         body = record.json()
-        _say(out, f"  e.g. {body['id']}: {body['name']} {body['version']} "
-                  f"[{', '.join(body['hardware_ids'][:2])}] at stage {body['stage']}")
+        view.say(f"  e.g. {body['id']}: {body['name']} {body['version']} "
+                 f"[{', '.join(body['hardware_ids'][:2])}] at stage {body['stage']}")
         again = get(f"/v1/drivers/{body['id']}", headers={"If-None-Match": record.headers["etag"]})
         if again is not None:
-            _say(out, f"  revalidating with its ETag answers {again.status_code}: nothing to fetch")
+            view.say(f"  revalidating with its ETag answers {again.status_code}: nothing to fetch")
         started = time.monotonic()
         for _ in range(int(DEMO_RATE_LIMIT) * 2):  # bounded: at most 2 s of the limit
             r = get("/v1/drivers", params={"limit": 1})
             if r is not None and r.status_code == 429:
-                _say(out, f"  a burst past the limit gets 429 Retry-After: "
-                          f"{r.headers.get('retry-after')} after "
-                          f"{time.monotonic() - started:.2f}s — the governor must find the rate")
+                view.say(f"  a burst past the limit gets 429 Retry-After: "
+                         f"{r.headers.get('retry-after')} after "
+                         f"{time.monotonic() - started:.2f}s: the governor must find the rate")
                 break
-        time.sleep(1.0)  # let the bucket refill before the sweep
-
-
-def _compare_with_truth(url: str) -> list[str]:
-    truth = httpx.get(f"{url}/_sim/truth", timeout=30).json()["drivers"]
-    state = httpx.get(f"{url}/_sim/state", timeout=30).json()["drivers"]
-    return [
-        d for d, t in truth.items()
-        if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])
-    ]
+        time.sleep(1.0)  # let the bucket refill

@@ -90,5 +90,6 @@ def _governor(stats: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, An
     """Per endpoint key: the rate in force and what it was learnt from."""
     if stats is None:
         return None
-    keep = ("state", "rate", "limit_estimate", "safe_rate", "header_rate", "paused_for_s")
+    keep = ("state", "rate", "limit_estimate", "safe_rate", "header_rate", "paused_for_s",
+            "ok", "429s")
     return {key: {k: gov.get(k) for k in keep} for key, gov in stats.items()}

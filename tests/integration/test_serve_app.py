@@ -1,0 +1,459 @@
+"""The Serve webhook ingress on a real Serve and the session's real Ray.
+
+Serve is started once for the module on a free port. One instance (``main``, at ``/``)
+serves the request-level tests; the backpressure and end-to-end tests start an instance
+and a Serve app (under a route prefix) of their own and stop them when done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import socket
+import statistics
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from ray import serve
+
+from driver_review.config import PipelineConfig, load_config, parse_config
+from driver_review.errors import ConfigError
+from driver_review.results import read_results
+from driver_review.runtime.system import System, start_system, stop_system
+from driver_review.sim import SimServer, SimSettings
+from driver_review.sim.webhooks import ping_body
+from driver_review.webhooks import signed_headers
+from serve_app.app import IngressArgs, build_app
+from serve_app.dedupe import SeenIds
+from serve_app.webhook import load_verifier
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
+
+SLOW = "tests.integration.slow_checks:slow"
+ROUTE = "/webhooks/drivers"
+MAX_BODY = 64 * 1024
+
+
+def _secret() -> str:
+    return "whsec_" + base64.b64encode(os.urandom(24)).decode()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _config(url: str, *, slow_s: float | None = None, **window: Any) -> PipelineConfig:
+    data = load_config().model_dump()
+    data["catalog"]["url"] = url
+    data["window"].update(window)
+    data["results"]["rollover_s"] = 1.0
+    if slow_s is not None:  # every stage slow, one item at a time: the backlog stays full
+        data["checks"]["slow"] = {"kind": "python", "target": SLOW, "options": {"delay_s": slow_s}}
+        for stage in data["stages"]:
+            stage["checks"].append("slow")
+            stage["pool"].update(min_workers=1, max_workers=1, max_in_flight=1)
+    return parse_config(data, source="test")
+
+
+def _deploy(name: str, prefix: str, instance: str, secrets: list[str], **args: Any) -> None:
+    """Build and run an app whose secret(s) reach the replicas only through the builder:
+    the variable is unique and set in this process alone, after Ray started."""
+    env = f"DR_TEST_SECRET_{uuid.uuid4().hex[:8].upper()}"
+    os.environ[env] = ", ".join(secrets)
+    try:
+        app = build_app(IngressArgs(instance=instance, webhook_secret_env=env, **args))
+    finally:
+        del os.environ[env]
+    serve.run(app, name=name, route_prefix=prefix)
+
+
+@dataclass
+class Edge:
+    """One instance with its simulated catalog and the URL of its Serve app."""
+
+    url: str
+    system: System
+    sim: SimServer
+    secrets: list[str]
+    data_dir: str
+
+    def post(self, client: httpx.Client, body: bytes, *, secret: str | None = None,
+             msg_id: str | None = None, **headers: str) -> httpx.Response:
+        signed = signed_headers(secret or self.secrets[0], msg_id or _msg_id(), body)
+        return client.post(self.url + ROUTE, content=body,
+                           headers={"content-type": "application/json", **signed, **headers})
+
+    def events(self) -> int:
+        return self.system.orchestrator.call_sync("stats")["counters"]["events"]
+
+    def ingress(self, client: httpx.Client) -> dict[str, Any]:
+        return client.get(self.url + "/status").json()["ingress"]
+
+
+def _msg_id() -> str:
+    return "msg_" + uuid.uuid4().hex
+
+
+def _in_review(sim: SimServer, skip: frozenset[str] | set[str] = frozenset()) -> str:
+    return next(d for d, s in sim.state.current().items()
+                if s["status"] == "in_review" and d not in skip)
+
+
+def _wait_for(what: str, done: Callable[[], Any], timeout_s: float, every_s: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = done()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
+        time.sleep(every_s)
+
+
+def _decisions(sim: SimServer, driver_id: str, version: str) -> list[Any]:
+    return [d for d in list(sim.state.decisions)
+            if d.driver_id == driver_id and d.version == version]
+
+
+def _start(data_dir: str, config: PipelineConfig, name: str) -> System:
+    instance = f"srv-{name}-{uuid.uuid4().hex[:6]}"
+    return start_system(config, instance=instance, data_dir=data_dir, outer_loop=False,
+                        autoscale=False)
+
+
+@pytest.fixture(scope="module")
+def serve_url(ray_session: None) -> Iterator[str]:
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield f"http://127.0.0.1:{port}"
+    serve.shutdown()
+
+
+@pytest.fixture(scope="module")
+def main(serve_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    sim = SimServer(SimSettings(drivers=60, seed=4)).start()
+    data_dir = str(tmp_path_factory.mktemp("serve-main"))
+    system = _start(data_dir, _config(sim.url), "main")
+    secrets = [_secret(), _secret()]  # the second one exercises key rotation
+    _deploy("srv-main", "/", system.instance, secrets, max_body_bytes=MAX_BODY)
+    yield Edge(serve_url, system, sim, secrets, data_dir)
+    serve.delete("srv-main")  # stop intake first, then drain and stop the pipeline
+    asyncio.run(stop_system(system))
+    sim.stop()
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=30) as client:
+        yield client
+
+
+# -- accepted pings ------------------------------------------------------------------------
+def test_thin_ping_is_accepted_held_and_reviewed(main: Edge, http: httpx.Client) -> None:
+    assert http.get(main.url + "/healthz").json() == {"status": "ok"}
+    driver_id = _in_review(main.sim)
+    record = main.sim.state.record(driver_id)
+    sent = time.time()
+    response = main.post(http, ping_body(record, fat=False))
+    assert response.status_code == 202, response.text
+    assert response.json() == {"status": "accepted"}
+    # 202 came after intake returned: the orchestrator holds it already.
+    entry = main.system.orchestrator.call_sync("driver", driver_id)
+    assert entry is not None and entry["version"] == record.version
+    via_route = http.get(f"{main.url}/drivers/{driver_id}")
+    assert via_route.status_code == 200 and via_route.json()["driver_id"] == driver_id
+    assert http.get(f"{main.url}/drivers/no-such-driver").status_code == 404
+    decided = _wait_for("a decision", lambda: _decisions(main.sim, driver_id, record.version), 30)
+    print(f"\nthin ping: 202 to first decision {decided[0].at.timestamp() - sent:.3f}s")
+    assert decided[0].stage == record.stage
+
+
+def test_fat_ping_fills_the_cache_and_needs_no_fetch(main: Edge, http: httpx.Client) -> None:
+    before = main.system.cache.call_sync("stats")
+    reviewed = {d.driver_id for d in main.sim.state.decisions}
+    driver_id = _in_review(main.sim, skip=reviewed)
+    record = main.sim.state.record(driver_id)
+    response = main.post(http, ping_body(record, fat=True))
+    assert response.status_code == 202, response.text
+    _wait_for("a decision", lambda: _decisions(main.sim, driver_id, record.version), 30)
+    after = main.system.cache.call_sync("stats")
+    assert after["fills"] == before["fills"] + 1
+    assert main.sim.state.stats.fetches_by_version[(driver_id, record.version)] == 0
+    assert after["fetches"] == before["fetches"]
+
+
+# -- refusals ------------------------------------------------------------------------------
+def test_unverifiable_messages_are_refused_and_nothing_is_enqueued(
+    main: Edge, http: httpx.Client
+) -> None:
+    record = main.sim.state.record(_in_review(main.sim))
+    body = ping_body(record, fat=False)
+    events = main.events()
+    counted = main.ingress(http)
+
+    bare = http.post(main.url + ROUTE, content=body)
+    wrong = main.post(http, body, secret=_secret())
+    signed = signed_headers(main.secrets[0], _msg_id(), body)
+    tampered = http.post(main.url + ROUTE, content=body.replace(b"in_review", b"published"),
+                         headers=signed)
+    old = signed_headers(main.secrets[0], _msg_id(), body, timestamp=int(time.time()) - 3600)
+    expired = http.post(main.url + ROUTE, content=body, headers=old)
+    details = {}
+    for name, response in (("bare", bare), ("wrong", wrong), ("tampered", tampered),
+                           ("expired", expired)):
+        assert response.status_code == 401, (name, response.text)
+        details[name] = response.json()["detail"]
+    assert "missing webhook-id" in details["bare"]
+    assert "no valid v1 signature" in details["wrong"]
+    assert details["tampered"] == details["wrong"]
+    assert "outside the tolerance" in details["expired"]
+    assert main.events() == events
+    assert main.ingress(http)["refused"]["401"] == counted["refused"]["401"] + 4
+
+
+def test_bad_bodies_get_413_400_422_naming_the_problem(main: Edge, http: httpx.Client) -> None:
+    events = main.events()
+    good = json.loads(ping_body(main.sim.state.record(_in_review(main.sim)), fat=False))
+
+    def variant(**data: Any) -> bytes:
+        return json.dumps({**good, "data": {**good["data"], **data}}).encode()
+
+    too_big = main.post(http, b"{" + b" " * MAX_BODY + b"}")
+    assert too_big.status_code == 413 and "byte limit" in too_big.json()["detail"]
+    chunked = http.post(main.url + ROUTE, content=iter([b" " * 40_000] * 3),
+                        headers=signed_headers(main.secrets[0], _msg_id(), b""))
+    assert chunked.status_code == 413, "a body without Content-Length is capped as it is read"
+    not_json = main.post(http, b'{"type": "driver.updated", ')
+    assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["detail"]
+    no_id = {**good, "data": {k: v for k, v in good["data"].items() if k != "id"}}
+    for body, field in ((json.dumps(no_id).encode(), "data.id"),
+                        (variant(stage="nowhere"), "data.stage"),
+                        (variant(version="9" * 40), "data.version"),
+                        (variant(status="lost"), "data.status"),
+                        (b"[]", "(top level)")):
+        response = main.post(http, body)
+        assert response.status_code == 422, (field, response.text)
+        assert response.json()["detail"].startswith(field), response.json()
+    assert main.events() == events
+
+
+def test_rotated_key_is_accepted_and_a_replay_is_a_duplicate(
+    main: Edge, http: httpx.Client
+) -> None:
+    record = main.sim.state.record(_in_review(main.sim))
+    body = ping_body(record, fat=False)
+    msg_id = _msg_id()
+    events = main.events()
+    first = main.post(http, body, secret=main.secrets[1], msg_id=msg_id)
+    assert first.status_code == 202, first.text
+    assert main.events() == events + 1
+    for secret in main.secrets:  # the sender's retry: same id, signed afresh
+        again = main.post(http, body, secret=secret, msg_id=msg_id)
+        assert again.status_code == 200 and again.json() == {"status": "duplicate"}
+    assert main.events() == events + 1
+
+
+def test_status_document(main: Edge, http: httpx.Client) -> None:
+    status = http.get(main.url + "/status").json()
+    assert status["ok"] and status["instance"] == main.system.instance
+    assert set(status["backlog"]) == set(status["workers"]) == set(main.system.pools)
+    for key in ("window", "watermark", "leased", "governor", "cache", "oldest_review_age_s"):
+        assert key in status, key
+    assert status["ingress"]["accepted"] >= 3
+    assert status["ingress"]["duplicates"] >= 2
+
+
+def test_an_unreachable_orchestrator_gets_503_not_202(serve_url: str,
+                                                       http: httpx.Client) -> None:
+    """An app for an instance that is not running: nothing can hold the event, so the
+    sender is told to come back (503 + Retry-After), never 202."""
+    secret = _secret()
+    _deploy("srv-ghost", "/ghost", f"ghost-{uuid.uuid4().hex[:6]}", [secret],
+            call_timeout_s=1.0, status_timeout_s=0.5)
+    try:
+        url = serve_url + "/ghost"
+        assert http.get(url + "/healthz").status_code == 503
+        body = b'{"type": "driver.updated", "timestamp": "2026-01-01T00:00:00Z", "data": ' \
+               b'{"id": "d1", "version": "1", "stage": "intake", "status": "in_review", ' \
+               b'"updated_at": "2026-01-01T00:00:00Z"}}'
+        response = http.post(url + ROUTE, content=body,
+                             headers=signed_headers(secret, _msg_id(), body))
+        assert response.status_code == 503, response.text
+        assert int(response.headers["retry-after"]) >= 1
+        status = http.get(url + "/status").json()
+        assert not status["ok"] and "orchestrator" in status["unavailable"]
+    finally:
+        serve.delete("srv-ghost")
+
+
+def test_missing_secret_fails_the_replica_with_one_line_naming_the_variable(
+    serve_url: str,
+) -> None:
+    env = f"DR_TEST_UNSET_{uuid.uuid4().hex[:8].upper()}"
+    with pytest.raises(ConfigError, match=env) as err:
+        load_verifier(env, None, 300.0, environ={})
+    assert "\n" not in str(err.value)
+    app = build_app(IngressArgs(instance="nobody", webhook_secret_env=env))
+    started = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match=f"environment variable {env} is not set"):
+            serve.run(app, name="srv-nosecret", route_prefix="/nosecret")
+    finally:
+        serve.delete("srv-nosecret")
+    print(f"\nmissing secret: deployment failed after {time.monotonic() - started:.1f}s")
+
+
+def test_seen_ids_are_bounded_and_expire() -> None:
+    now = [0.0]
+    seen = SeenIds(max_size=3, ttl_s=10.0, clock=lambda: now[0])
+    for i in range(5):
+        seen.add(f"m{i}")
+    assert len(seen) == 3 and "m0" not in seen and "m4" in seen
+    now[0] = 10.5
+    seen.add("m5")
+    assert "m4" not in seen and "m5" in seen and len(seen) == 1
+
+
+# -- backpressure --------------------------------------------------------------------------
+async def _burst(url: str, secret: str, bodies: dict[str, bytes]) -> dict[str, httpx.Response]:
+    limits = httpx.Limits(max_connections=len(bodies))
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        async def one(body: bytes) -> httpx.Response:
+            return await client.post(url + ROUTE, content=body,
+                                     headers=signed_headers(secret, _msg_id(), body))
+
+        answers = await asyncio.gather(*(one(b) for b in bodies.values()))
+    return dict(zip(bodies, answers, strict=True))
+
+
+@pytest.mark.timeout(180)
+def test_burst_past_the_high_water_mark_gets_429_and_loses_nothing_accepted(
+    serve_url: str, tmp_path: Any, http: httpx.Client
+) -> None:
+    sim = SimServer(SimSettings(drivers=200, seed=7)).start()
+    system = _start(str(tmp_path), _config(sim.url, slow_s=3.0, high_water=5, batch_size=4),
+                    "bp")
+    secret = _secret()
+    try:
+        # Small batches so a burst spans several intake calls; few requests in flight and
+        # a short Serve queue, so Serve's own shedding (429 + Retry-After) can show too.
+        _deploy("srv-bp", "/bp", system.instance, [secret], batch_max=16, batch_wait_s=0.02,
+                max_ongoing_requests=32, max_queued_requests=16, retry_after_s=2)
+        url = serve_url + "/bp"
+        records = {d: sim.state.record(d) for d in list(sim.state.current())[:200]}
+        bodies = {d: ping_body(r, fat=False) for d, r in records.items()}
+        answers = asyncio.run(_burst(url, secret, bodies))
+        codes = Counter(r.status_code for r in answers.values())
+        assert set(codes) <= {202, 429}, codes
+        refused = [r for r in answers.values() if r.status_code == 429]
+        assert refused, f"no 429 in a burst of {len(bodies)}: {codes}"
+        for r in refused:
+            assert int(r.headers["retry-after"]) >= 1
+        by_ingress = sum(1 for r in refused if _detail(r) == "intake is full")
+        ingress = http.get(url + "/status").json()["ingress"]
+        print(f"\nburst of {len(bodies)}: {dict(codes)}; 429 from intake {by_ingress}, "
+              f"from Serve's queue limit {len(refused) - by_ingress}; ingress {ingress}")
+        assert ingress["intake_full"] == by_ingress >= 1
+        assert ingress["batches"] < ingress["batched_events"], "no micro-batching happened"
+        for driver_id, r in answers.items():
+            if r.status_code == 202:  # accepted means held: in the ledger, newest version
+                entry = system.orchestrator.call_sync("driver", driver_id)
+                assert entry is not None, driver_id
+                assert entry["version"] == records[driver_id].version
+        counters = system.orchestrator.call_sync("stats")["counters"]
+        assert counters["events"] == codes[202] and counters["refused"] >= by_ingress
+    finally:
+        serve.delete("srv-bp")
+        asyncio.run(stop_system(system, drain_timeout_s=30))
+        sim.stop()
+
+
+def _detail(response: httpx.Response) -> str | None:
+    try:
+        return response.json().get("detail")
+    except ValueError:
+        return None  # Serve's own rejection is not our JSON
+
+
+# -- end to end ------------------------------------------------------------------------------
+def _percentiles(values: list[float]) -> str:
+    if len(values) < 2:
+        return f"n={len(values)} {values}"
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return f"n={len(values)} p50 {statistics.median(values):.3f}s p99 {cuts[98]:.3f}s " \
+           f"max {max(values):.3f}s"
+
+
+@pytest.mark.timeout(180)
+def test_simulator_pings_through_serve_get_reviewed(
+    serve_url: str, tmp_path: Any, http: httpx.Client
+) -> None:
+    """The simulated catalog is the sender: signed pings with its retry policy."""
+    sim_port = _free_port()
+    sim_url = f"http://127.0.0.1:{sim_port}"
+    data_dir = str(tmp_path)
+    system = _start(data_dir, _config(sim_url), "e2e")
+    secret = _secret()
+    sim = None
+    try:
+        _deploy("srv-e2e", "/e2e", system.instance, [secret])
+        started = time.time()
+        sim = SimServer(SimSettings(port=sim_port, drivers=50, seed=2, update_rate=5,
+                                    webhook_url=serve_url + "/e2e" + ROUTE,
+                                    webhook_secret=secret)).start()
+
+        def sim_stats() -> dict[str, Any]:
+            return http.get(sim_url + "/_sim/stats").json()
+
+        _wait_for("25 deliveries", lambda: sim_stats()["webhooks"]["delivered"] >= 25, 30, 0.25)
+        http.post(sim_url + "/_sim/pause")  # the catalog holds still from here on
+        _wait_for("the sender to drain", lambda: sim_stats()["webhooks_pending"] == 0, 30)
+        changed = {}
+        for driver_id in sim.state.current():
+            record = sim.state.record(driver_id)
+            if record.released_at is not None and record.released_at.timestamp() >= started:
+                changed[driver_id] = record
+        assert len(changed) >= 10, changed
+
+        def undecided() -> list[str]:
+            return [d for d, r in changed.items() if not _decisions(sim, d, r.version)]
+
+        _wait_for("every changed driver decided", lambda: not undecided(), 30, 0.25)
+        hooks = sim_stats()["webhooks"]
+        assert hooks["rejected"] == hooks["gave_up"] == 0, hooks
+
+        # Acceptance to decision: the worker's result rows carry when the item entered
+        # the backlog (inside the intake call the 202 waited for) and when it was decided.
+        def first_rows() -> dict[str, dict[str, Any]]:
+            rows = {}
+            for row in read_results(data_dir).to_pylist():
+                rec = changed.get(row["driver_id"])
+                if rec is not None and row["version"] == rec.version and row["stage"] == "intake":
+                    rows.setdefault(row["driver_id"], row)
+            return rows
+
+        rows = _wait_for("result rows", lambda: len(first_rows()) == len(changed) and
+                         first_rows(), 15, 0.5)
+        accept_to_decision = [(r["reviewed_at"] - r["queued_at"]).total_seconds()
+                              for r in rows.values()]
+        change_to_decision = [
+            min(d.at for d in _decisions(sim, did, rec.version)).timestamp()
+            - rec.released_at.timestamp() for did, rec in changed.items()]
+        print(f"\nend to end: {len(changed)} changed drivers, webhooks {hooks}")
+        print(f"  ping accepted -> first decision: {_percentiles(accept_to_decision)}")
+        print(f"  catalog change -> first decision: {_percentiles(change_to_decision)}")
+        assert max(accept_to_decision) < 30
+    finally:
+        if sim is not None:
+            sim.stop()
+        serve.delete("srv-e2e")
+        asyncio.run(stop_system(system))
