@@ -305,11 +305,16 @@ def test_missing_secret_fails_the_replica_with_one_line_naming_the_variable(
     app = build_app(IngressArgs(instance="nobody", webhook_secret_env=env))
     started = time.monotonic()
     try:
-        with pytest.raises(RuntimeError, match=f"environment variable {env} is not set"):
+        with pytest.raises(RuntimeError, match="srv-nosecret failed"):
             serve.run(app, name="srv-nosecret", route_prefix="/nosecret")
+        failed_s = time.monotonic() - started
+        message = serve.status().applications["srv-nosecret"].deployments[
+            "DriverReviewIngress"].message
     finally:
         serve.delete("srv-nosecret")
-    print(f"\nmissing secret: deployment failed after {time.monotonic() - started:.1f}s")
+    print(f"\nmissing secret: deployment failed after {failed_s:.1f}s: "
+          f"{message.strip().splitlines()[-1]}")
+    assert f"ConfigError: webhook secret: environment variable {env} is not set" in message
 
 
 def test_seen_ids_are_bounded_and_expire() -> None:
