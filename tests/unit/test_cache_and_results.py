@@ -36,7 +36,8 @@ def _row(i: int) -> ResultRow:
         reasons={"hardware_ids_valid": "bad id"},
         checks=[{"name": "hardware_ids_valid", "outcome": "failed", "reason": "bad id",
                  "duration_s": 0.001}],
-        reviewed_at=1_700_000_000.5, queued_at=1_700_000_000.0, duration_s=0.01, lane="fresh", worker="w1",
+        reviewed_at=1_700_000_000.5, queued_at=1_700_000_000.0, duration_s=0.01,
+        lane="fresh", worker="w1",
     )
 
 
