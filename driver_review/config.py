@@ -115,6 +115,7 @@ class WindowConfig(_Strict):
     batch_size: Annotated[int, Field(gt=0, le=10_000)] = 64
     lease_s: PositiveFloat = 120.0
     skew_overlap_s: Annotated[float, Field(ge=0)] = 5.0
+    snapshot_s: PositiveFloat = 30.0  # ledger + watermark snapshot period (service only)
 
 
 class CacheConfig(_Strict):

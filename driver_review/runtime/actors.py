@@ -46,10 +46,13 @@ def _placement(config: PipelineConfig) -> dict[str, Any]:
     return {"resources": {resource: 0.001}} if resource else {}
 
 
-def orchestrator(config: PipelineConfig, instance: str, *, outer_loop: bool = True) -> Any:
+def orchestrator(
+    config: PipelineConfig, instance: str, *, outer_loop: bool = True,
+    data_dir: str | None = None,
+) -> Any:
     return Orchestrator.options(
         name=actor_name(instance, "orchestrator"), **_SERVICE, **_placement(config)
-    ).remote(config, instance=instance, outer_loop=outer_loop)
+    ).remote(config, instance=instance, outer_loop=outer_loop, data_dir=data_dir)
 
 
 def governor(config: PipelineConfig, instance: str) -> Any:

@@ -8,6 +8,8 @@ leases, retries errors and queues the outer loop's staleness slices.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,19 +17,36 @@ import ray
 
 from driver_review.backlog import Lane
 from driver_review.config import PipelineConfig
-from driver_review.ledger import Change
+from driver_review.ledger import Change, Ledger
 from driver_review.orchestrator import ItemResult, Lease, OrchestratorCore
 from driver_review.runtime import metrics
+from driver_review.snapshot import SnapshotStore
+
+log = logging.getLogger(__name__)
 
 TICK_S = 1.0
 
 
 class OrchestratorService:
     def __init__(
-        self, config: PipelineConfig, *, instance: str, outer_loop: bool = True
+        self, config: PipelineConfig, *, instance: str, outer_loop: bool = True,
+        data_dir: str | None = None,
     ) -> None:
         self.instance = instance
-        self.core = OrchestratorCore(config, put=ray.put)
+        # With a data dir, the ledger and watermark survive this process: a (re)start
+        # resumes from the newest complete snapshot and re-queues what was pending.
+        self.snapshots = SnapshotStore(data_dir, instance) if data_dir else None
+        loaded = self.snapshots.load() if self.snapshots else None
+        ledger = Ledger.from_arrow(loaded.table) if loaded else None
+        self.core = OrchestratorCore(config, put=ray.put, ledger=ledger)
+        if loaded is not None:
+            self.core.advance_watermark(loaded.watermark)
+            log.info("resumed from snapshot %s: %d drivers, watermark %s",
+                     loaded.path, loaded.table.num_rows, loaded.watermark)
+        self.restored_from = loaded.path if loaded else None
+        self.started_at = time.time()
+        self._last_snapshot = time.monotonic()
+        self.snapshots_written = 0
         self._work_ready = {stage: asyncio.Event() for stage in self.core.stages}
         self._outer_loop = outer_loop
         self._ticker: asyncio.Task | None = None
@@ -44,6 +63,20 @@ class OrchestratorService:
             self.core.tick(stale_slice=None if self._outer_loop else 0)
             self._signal()
             self._export_metrics()
+            period = self.core.config.window.snapshot_s
+            if self.snapshots and time.monotonic() - self._last_snapshot >= period:
+                await self.snapshot()
+
+    async def snapshot(self) -> str | None:
+        """Write the ledger and watermark now (also on clean shutdown)."""
+        if self.snapshots is None:
+            return None
+        # Taken in one step on the event loop, so table and watermark agree; written off it.
+        table, watermark = self.core.ledger.to_arrow(), self.core.watermark
+        self._last_snapshot = time.monotonic()
+        path = await asyncio.to_thread(self.snapshots.write, table, watermark)
+        self.snapshots_written += 1
+        return path
 
     def _export_metrics(self) -> None:
         tags = {"instance": self.instance}
@@ -104,13 +137,20 @@ class OrchestratorService:
         return self.core.watermark
 
     async def advance_watermark(self, catalog_time: float) -> float:
-        return self.core.advance_watermark(catalog_time)
+        first = self.core.watermark <= 0
+        mark = self.core.advance_watermark(catalog_time)
+        if first:  # the bootstrap listing is held: never repeat it, even after a crash
+            await self.snapshot()
+        return mark
 
     async def quiescent(self) -> bool:
         return self.core.quiescent()
 
     async def stats(self) -> dict[str, Any]:
-        return {**self.core.stats(), "memory": process_memory()}
+        return {
+            **self.core.stats(), "memory": process_memory(), "restored_from": self.restored_from,
+            "started_at": self.started_at, "snapshots_written": self.snapshots_written,
+        }
 
     async def backlog_depths(self) -> dict[str, int]:
         return {stage: len(b) for stage, b in self.core.backlogs.items()}

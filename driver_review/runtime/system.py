@@ -55,7 +55,9 @@ def start_system(
     ``poll``, also the delta poller (the always-on service)."""
     handles: list[Any] = [
         actors.governor(config, instance),
-        actors.orchestrator(config, instance, outer_loop=outer_loop),
+        # Only the always-on service keeps snapshots; a sweep starts from nothing anyway.
+        actors.orchestrator(config, instance, outer_loop=outer_loop,
+                            data_dir=data_dir if poll else None),
         actors.cache(config, instance),
     ]
     ray.get(handles[1].ping.remote())
@@ -78,6 +80,10 @@ async def stop_system(system: System, *, drain_timeout_s: float = 60.0) -> dict[
             final["pools"][stage] = await pool.call("stop")
         except Exception as exc:
             log.warning("stopping pool %s: %s", stage, exc)
+    try:
+        final["snapshot"] = await system.orchestrator.call("snapshot")
+    except Exception as exc:
+        log.warning("final snapshot: %s", exc)
     for name, ref in (("cache", system.cache), ("governor", system.governor),
                       ("orchestrator", system.orchestrator)):
         try:
