@@ -27,6 +27,8 @@ ITEM_SCHEMA = pa.schema(
         ("stage", pa.string()),
         ("lane", pa.int8()),
         ("enqueued_at", pa.float64()),
+        # Ask the catalog before trusting a cached record: re-sweeps, restored work.
+        ("revalidate", pa.bool_()),
     ]
 )
 

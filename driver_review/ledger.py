@@ -60,6 +60,9 @@ _COLUMNS: dict[str, np.dtype] = {
     "work": np.dtype(np.int8),  # Work
     "errors": np.dtype(np.int16),  # consecutive error verdicts, for retry backoff
     "retry_at": np.dtype(np.float64),  # an errored driver is not re-queued before this
+    # Pending when a snapshot was restored: it may have been decided after that snapshot,
+    # so its reviewer asks the catalog first (a conditional GET) instead of trusting cache.
+    "restored": np.dtype(np.int8),
 }
 
 
@@ -163,6 +166,9 @@ class Ledger:
             and c["verdict"][row] in (Verdict.APPROVED, Verdict.REJECTED)
         )
 
+    def mark_restored(self, rows: np.ndarray | Sequence[int]) -> None:
+        self._cols["restored"][np.asarray(rows, dtype=np.int64)] = 1
+
     def set_work(self, rows: np.ndarray | Sequence[int], work: Work) -> None:
         self._cols["work"][np.asarray(rows, dtype=np.int64)] = work
 
@@ -198,6 +204,7 @@ class Ledger:
             return
         c["errors"][row] = 0
         c["retry_at"][row] = 0.0
+        c["restored"][row] = 0
         c["decided_version"][row] = version.encode()
         c["decided_stage"][row] = stage
         c["verdict"][row] = verdict
@@ -301,6 +308,8 @@ class Ledger:
         ledger._ids = ids
         ledger._index = {d: i for i, d in enumerate(ids)}
         for name, dtype in _COLUMNS.items():
+            if name not in table.column_names:  # a snapshot older than this column
+                continue
             col = table.column(name)
             if dtype.kind == "S":
                 values = np.array(col.to_pylist(), dtype=dtype) if n else np.zeros(0, dtype)

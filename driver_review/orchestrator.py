@@ -343,6 +343,7 @@ class OrchestratorCore:
         that was queued, leased or undecided is queued again."""
         pending = self.ledger.pending_rows()
         self.ledger.set_work(pending, Work.IDLE)
+        self.ledger.mark_restored(pending)
         self._enqueue([int(r) for r in pending], Lane.FRESH, self.clock())
 
     def advance_watermark(self, catalog_time: float) -> float:
@@ -376,9 +377,10 @@ class OrchestratorCore:
         last = len(self.stages) - 1
         stage_names = [self.stages[s if s != NO_STAGE else last] for s in stages]
         n = len(rows)
+        revalidate = (ledger.col("restored")[rows] != 0) | (lane == Lane.STALE)
         return pa.record_batch(
             [ids, versions, stage_names, pa.array(np.full(n, lane, np.int8)),
-             pa.array(np.full(n, enqueued_at))],
+             pa.array(np.full(n, enqueued_at)), pa.array(revalidate)],
             schema=ITEM_SCHEMA,
         )
 

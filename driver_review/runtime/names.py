@@ -15,13 +15,14 @@ import time
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError
+from ray.exceptions import GetTimeoutError, RayActorError
 
 from driver_review.config import DEFAULT_INSTANCE  # noqa: F401  (re-exported)
 
 NAMESPACE = "driver_review"
 LOOKUP_TIMEOUT_S = 60.0
-_RETRYABLE = (ActorUnavailableError, ActorDiedError, GetTimeoutError)
+# RayActorError covers ActorDiedError and ActorUnavailableError (restarting, unreachable).
+_RETRYABLE = (RayActorError, GetTimeoutError)
 
 log = logging.getLogger(__name__)
 

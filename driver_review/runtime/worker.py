@@ -138,7 +138,7 @@ class StageWorker:
             items = batch.to_pylist()
             fetched = await self.cache.call(
                 "get_many",
-                [(it["driver_id"], it["version"], it["lane"] == Lane.STALE) for it in items],
+                [(it["driver_id"], it["version"], it["revalidate"]) for it in items],
             )
             results = await asyncio.gather(
                 *(self._review(it, got) for it, got in zip(items, fetched, strict=True))
@@ -179,6 +179,11 @@ class StageWorker:
             self.counts["confirmed"] += 1
             row = self._row(item, "confirmed", {}, [], started)
             return ItemResult(driver_id, version, stage, Verdict.CONFIRMED), row
+        if item["revalidate"] and (record.status != "in_review" or record.stage != stage):
+            # Fresh from the catalog: this stage was decided already (after the snapshot
+            # this work was restored from). Learn where the driver is; decide nothing.
+            self.counts["already_decided"] += 1
+            return ItemResult(driver_id, version, stage, Verdict.NONE, self._change(record)), None
         result = await run_stage(record, self.checks, self._ctx)
         checks = [
             {"name": c.name, "outcome": c.status, "reason": c.reason, "duration_s": c.duration_s}
