@@ -1,0 +1,77 @@
+"""Shared pieces of the fault tests: a live service on the session Ray with the simulator
+sending real pings, and bounded waits."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from driver_review.config import PipelineConfig, load_config, parse_config
+from driver_review.service import SECRET_ENV, start_service, stop_service
+from driver_review.sim import SimServer, SimSettings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fast_config(url: str, **window: float) -> PipelineConfig:
+    data = load_config().model_dump()
+    data["catalog"].update(url=url, timeout_s=3.0)
+    data["window"].update(dict(bucket_s=1.0, lease_s=10.0, batch_size=16, skew_overlap_s=2.0,
+                               snapshot_s=1.0, freshness_s=3600.0) | window)
+    data["results"]["rollover_s"] = 1.0
+    return parse_config(data, source="test")
+
+
+@dataclass
+class Live:
+    sim: SimServer
+    system: Any
+    config: PipelineConfig
+    data_dir: str
+
+    def stats(self) -> dict:
+        return httpx.get(f"{self.sim.url}/_sim/stats", timeout=30).json()
+
+    def stop(self) -> dict:
+        return stop_service(self.system)
+
+
+def start_live(sim_factory: Callable[..., SimServer], data_dir: str, *, drivers: int,
+               update_rate: float, seed: int = 3, **sim: Any) -> Live:
+    secret = os.environ.setdefault(SECRET_ENV,
+                                   "whsec_" + base64.b64encode(os.urandom(24)).decode())
+    port = free_port()
+    server = sim_factory(SimSettings(
+        drivers=drivers, seed=seed, update_rate=update_rate,
+        webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers", webhook_secret=secret, **sim,
+    ))
+    config = fast_config(server.url)
+    system = start_service(config, config_path=None, instance=f"f-{uuid.uuid4().hex[:6]}",
+                           data_dir=data_dir, host="127.0.0.1", port=port, poll_interval_s=1.0)
+    return Live(server, system, config, data_dir)
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, every_s: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(every_s)
+    return True
+
+
+def converged(sim: SimServer) -> bool:
+    done, total = sim.state.converged()
+    return done == total
