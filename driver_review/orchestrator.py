@@ -24,6 +24,7 @@ Flow of one driver::
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import time
 from collections import deque
@@ -37,7 +38,17 @@ import pyarrow as pa
 from driver_review.backlog import ITEM_SCHEMA, Lane, StageBacklog
 from driver_review.config import PipelineConfig
 from driver_review.errors import IntakeFull
-from driver_review.ledger import NO_STAGE, Change, Ledger, Status, Verdict, Work
+from driver_review.ledger import (
+    NO_STAGE,
+    VERSION_BYTES,
+    Change,
+    Ledger,
+    Status,
+    Verdict,
+    Work,
+)
+
+log = logging.getLogger(__name__)
 
 ERROR_RETRY_BASE_S = 5.0
 #: The outer loop revisits every driver once per this share of the freshness bound, so the
@@ -97,6 +108,7 @@ class _Counters:
     dropped_at_handout: int = 0
     leases_expired: int = 0
     late_reports: int = 0
+    invalid: int = 0
     verdicts: dict[str, int] = field(default_factory=dict)
 
 
@@ -161,14 +173,20 @@ class OrchestratorCore:
             self.counters.refused += len(changes)
             raise IntakeFull(
                 f"intake full: {self.queued()} queued, high water {self.window.high_water}",
-                retry_after_s=max(1.0, min(30.0, self.window.bucket_s / 10)),
+                # Long enough for the workers to make room, short for a webhook sender.
+                retry_after_s=max(1.0, min(5.0, self.window.bucket_s / 60)),
             )
         self.counters.events += len(changes)
         self._bucket.events += len(changes)
         touched: dict[int, None] = {}
         for ch in changes:
-            if ch.stage != NO_STAGE and not 0 <= ch.stage < len(self.stages):
-                raise ValueError(f"change for {ch.driver_id}: stage index {ch.stage} out of range")
+            problem = _invalid(ch, len(self.stages))
+            if problem:
+                # One bad record must not block the batch it came in (a poll would retry
+                # it forever): it is refused alone, counted and logged.
+                self.counters.invalid += 1
+                log.warning("change refused: %s", problem)
+                continue
             if self.ledger.observe(ch):
                 self._bucket.news += 1
                 touched[self.ledger.row(ch.driver_id)] = None
@@ -424,9 +442,20 @@ class OrchestratorCore:
                 "dropped_at_handout": self.counters.dropped_at_handout,
                 "leases_expired": self.counters.leases_expired,
                 "late_reports": self.counters.late_reports,
+                "invalid": self.counters.invalid,
                 "verdicts": dict(self.counters.verdicts),
             },
         }
+
+
+def _invalid(ch: Change, stages: int) -> str:
+    if ch.stage != NO_STAGE and not 0 <= ch.stage < stages:
+        return f"{ch.driver_id}: stage index {ch.stage} out of range"
+    if len(ch.version.encode()) > VERSION_BYTES:
+        return f"{ch.driver_id}: version longer than {VERSION_BYTES} bytes"
+    if not ch.driver_id:
+        return "empty driver id"
+    return ""
 
 
 def change_of(stage_names: Sequence[str], summary: Any) -> Change:

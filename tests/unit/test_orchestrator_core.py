@@ -199,3 +199,12 @@ def test_unknown_stage_is_a_clear_error(clock: Clock) -> None:
     core = make_core(clock)
     with pytest.raises(ValueError, match="unknown stage 'nope'"):
         core.stage_index("nope")
+
+
+def test_an_invalid_change_is_refused_alone(clock: Clock) -> None:
+    core = make_core(clock)
+    long_version = "1." * 40
+    queued = core.intake([change(1), change(2, version=long_version), change(3, stage=7)])
+    assert queued == 1
+    assert core.counters.invalid == 2
+    assert "drv-0002" not in core.ledger
