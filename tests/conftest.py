@@ -22,7 +22,7 @@ def ray_session() -> Iterator[None]:
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if not ray.is_initialized():
-        ray.init(num_cpus=4, namespace=NAMESPACE, include_dashboard=False,
+        ray.init(address="local", num_cpus=4, namespace=NAMESPACE, include_dashboard=False,
                  log_to_driver=False, object_store_memory=512 * 1024 * 1024)
     yield
     ray.shutdown()

@@ -36,8 +36,11 @@ def connect(*, num_cpus: int | None = None, quiet: bool = True) -> None:
     if ray.is_initialized():
         return
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": not quiet}
-    if not os.environ.get("RAY_ADDRESS") and num_cpus is not None:
-        kwargs["num_cpus"] = num_cpus
+    if not os.environ.get("RAY_ADDRESS"):
+        # "local": start one, never join whatever `ray start` left running on this machine.
+        kwargs["address"] = "local"
+        if num_cpus is not None:
+            kwargs["num_cpus"] = num_cpus
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(**kwargs)
 

@@ -50,10 +50,9 @@ class OrchestratorService:
         self._work_ready = {stage: asyncio.Event() for stage in self.core.stages}
         self._outer_loop = outer_loop
         self._ticker: asyncio.Task | None = None
+        self._ensure_ticker()  # the constructor runs on the actor's event loop
 
     def _ensure_ticker(self) -> None:
-        # An async actor's __init__ runs before its event loop serves calls, so the loop
-        # is started by the first call instead.
         if self._ticker is None or self._ticker.done():
             self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
 

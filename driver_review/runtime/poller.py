@@ -46,6 +46,8 @@ class PollerService:
         self.intake_full_waits = 0
         self.last_poll: dict[str, Any] = {}
         self.failures = 0
+        # Polls from the start, and again by itself after Ray restarts it.
+        self._boot = asyncio.get_running_loop().create_task(self.start())
 
     async def start(self) -> bool:
         if self._task is None or self._task.done():

@@ -50,15 +50,20 @@ class StagePoolService:
         self.events: list[dict[str, Any]] = []  # scale events, newest last (bounded)
         self.peak_workers = 0
         self.last_sample: PoolSample | None = None
+        # An async actor's constructor runs on its event loop: start here, so a pool that
+        # Ray restarts (its node died, say) makes its workers again without being asked.
+        self._starting = asyncio.Lock()
+        self._boot = asyncio.get_running_loop().create_task(self.start())
         # Totals of drained workers, so a pool's figures survive its workers.
         self.retired: dict[str, int] = {}
         self.retired_calls: dict[str, dict[str, int]] = {}
 
     async def start(self) -> int:
-        if self._ticker is None or self._ticker.done():
-            while len(self.workers) < self.policy.min_workers:
-                await self._add("start")
-            self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        async with self._starting:  # the constructor's start and an explicit one
+            if self._ticker is None or self._ticker.done():
+                while len(self.workers) < self.policy.min_workers:
+                    await self._add("start")
+                self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         return len(self.workers)
 
     async def _tick_forever(self) -> None:

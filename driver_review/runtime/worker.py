@@ -67,6 +67,9 @@ class StageWorker:
         self._tasks: set[asyncio.Task] = set()
         self._catalog: Any = None
         self._limiter: Any = None
+        # Started from the constructor (it runs on the actor's event loop), so a worker
+        # that Ray restarts goes back to work by itself.
+        self._boot = asyncio.get_running_loop().create_task(self.start())
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> str:

@@ -57,11 +57,12 @@ class S3Server:
         self.filesystem(allow_bucket_creation=True).create_dir(name)
         return name
 
-    def uri(self, bucket: str, prefix: str) -> str:
-        """``s3://key:secret@bucket/prefix?endpoint_override=…&scheme=http&region=…``"""
-        return (f"s3://{quote(ACCESS_KEY, safe='')}:{quote(SECRET_KEY, safe='')}@{bucket}/"
-                f"{prefix.strip('/')}?endpoint_override={quote(self.endpoint, safe='')}"
-                f"&scheme=http&region={REGION}")
+    def uri(self, bucket: str, prefix: str, *, credentials: bool = True) -> str:
+        """``s3://key:secret@bucket/prefix?endpoint_override=…&scheme=http&region=…``;
+        without ``credentials`` the reader needs :meth:`env` (the usual AWS variables)."""
+        auth = f"{quote(ACCESS_KEY, safe='')}:{quote(SECRET_KEY, safe='')}@" if credentials else ""
+        return (f"s3://{auth}{bucket}/{prefix.strip('/')}"
+                f"?endpoint_override={quote(self.endpoint, safe='')}&scheme=http&region={REGION}")
 
     def env(self) -> dict[str, str]:
         """The same credentials the usual way, for tools that read the environment."""

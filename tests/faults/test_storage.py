@@ -7,8 +7,8 @@ test writes under a bucket of its own. Ray workers get nothing but the URI.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import numpy as np
@@ -63,6 +63,15 @@ def _ledger(n: int) -> Ledger:
         ledger.observe(Change(f"drv-{i}", f"1.{i}", 0, Status.IN_REVIEW, float(i + 1)))
     ledger.decide(0, version="1.0", stage=0, verdict=Verdict.APPROVED, reviewed_at=9.0)
     return ledger
+
+
+def diverged(sim, orchestrator: Any, limit: int = 5) -> list[dict]:
+    """Drivers whose catalog state differs from the truth, with their ledger entries."""
+    truth, now = sim.state.truth(), sim.state.current()
+    keys = ("version", "status", "stage")
+    wrong = [d for d, t in truth.items() if any(now[d][k] != t[k] for k in keys)]
+    return [{"id": d, "truth": truth[d], "catalog": now[d],
+             "ledger": orchestrator.call_sync("driver", d)} for d in wrong[:limit]]
 
 
 # -- the storage layer on s3, without Ray ------------------------------------------------
@@ -216,6 +225,7 @@ def test_orchestrator_recovers_from_a_snapshot_on_s3(sim_factory, s3_dir, serve_
     httpx.post(f"{live.sim.url}/_sim/pause", timeout=10)
     ok = wait_until(lambda: converged(live.sim), 240)
     stats = live.stats()
+    wrong = [] if ok else diverged(live.sim, live.system.orchestrator)
     live.stop()
     done, total = live.sim.state.converged()
     snap = SnapshotStore(uri, instance).load()
@@ -225,7 +235,7 @@ def test_orchestrator_recovers_from_a_snapshot_on_s3(sim_factory, s3_dir, serve_
           f"{stats['changes_generated']} changes, decisions {stats['decisions']} "
           f"({stats['duplicate_decisions']} duplicates); listings {stats['listing_scans']}; "
           f"{results.num_rows} result rows on s3")
-    assert ok, f"only {done}/{total} drivers reached their true state"
+    assert ok, f"only {done}/{total} drivers reached their true state: {wrong}"
     prefix = f"{path}/snapshots/{instance}/ledger-"
     assert all(r is not None and r.startswith(prefix) for r in restored), restored
     assert stats["listing_scans"]["full"] == 1  # restarts poll changes since, never re-list

@@ -1,17 +1,23 @@
-"""A separate Ray head node (``ray start --head --block``) for tests that need a real cluster
-of their own, e.g. to submit jobs through the dashboard's job API.
+"""A separate Ray cluster of real ``ray start … --block`` nodes for tests that need one of
+their own, e.g. to submit jobs through the dashboard's job API or to see actors spread
+over two nodes.
 
-Every port it would otherwise take by default (GCS, dashboard, dashboard agent, client
-server, metrics, runtime-env agent, worker range, ...) is a free one picked here, and it
-keeps its own ``--temp-dir`` (so its ``ray_current_cluster`` file never makes another
-process's ``ray.init()`` join it). It runs in a session of its own and is torn down by
-signalling that process group only: no ``ray stop``, so no other Ray on the machine is
-touched.
+``ray_head()`` starts a head node; ``ray_worker(cluster)`` adds a second node on the same
+machine (``ray start --address <head>``), as ``ray.cluster_utils.Cluster.add_node`` does
+in-process. Every port a node would otherwise take by default (GCS, dashboard, dashboard
+agent, client server, metrics, runtime-env agent, node and object managers, worker
+range, ...) is a free one picked here. The head keeps its own ``--temp-dir`` (so its
+``ray_current_cluster`` file never makes another process's ``ray.init()`` join it); a
+worker node shares it, as Ray does by default (it reads the head's temp dir from the GCS;
+socket and log file names get a per-node suffix, so two nodes never collide in it). Each
+node runs in a session of its own and is torn down by signalling that process group only:
+no ``ray stop``, so no other Ray on the machine is touched.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import secrets
@@ -23,8 +29,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -90,11 +97,45 @@ class Cluster:
     log_path: Path
     proc: subprocess.Popen
     token: str
+    #: Ports the nodes of this cluster were given, so a node added later avoids them.
+    ports: set[int] = field(default_factory=set)
 
-    def get(self, path: str, timeout_s: float = 30.0) -> httpx.Response:
+    def get(self, path: str, timeout_s: float = 30.0, **params: Any) -> httpx.Response:
         """``GET`` on the dashboard (``/api/jobs/<id>``, ``/api/jobs/<id>/logs`` ...)."""
-        return httpx.get(f"{self.dashboard_url}{path}", timeout=timeout_s,
+        return httpx.get(f"{self.dashboard_url}{path}", timeout=timeout_s, params=params,
                          headers={"Authorization": f"Bearer {self.token}"})
+
+    def state(self, kind: str, *filters: tuple[str, str], timeout_s: float = 30.0
+              ) -> list[dict[str, Any]]:
+        """Rows of Ray's state API (what ``ray list <kind> --detail`` shows), e.g.
+        ``state("actors", ("class_name", "StageWorker"))``; filters are equalities."""
+        params: dict[str, Any] = {"limit": 10_000, "detail": "true",
+                                  "timeout": int(timeout_s)}
+        if filters:
+            params.update(filter_keys=[k for k, _ in filters],
+                          filter_predicates=["="] * len(filters),
+                          filter_values=[v for _, v in filters])
+        r = self.get(f"/api/v0/{kind}", timeout_s=timeout_s + 5, **params)
+        r.raise_for_status()
+        body = r.json()
+        if not body.get("result"):
+            raise RuntimeError(f"state API /api/v0/{kind}: {body.get('msg')}")
+        return body["data"]["result"]["result"]
+
+    def alive_nodes(self) -> list[dict[str, Any]]:
+        return [n for n in self.state("nodes") if n["state"] == "ALIVE"]
+
+    def head_node_id(self, timeout_s: float = 60.0) -> str:
+        """The head's node id; the dashboard answers a few seconds before the head's
+        raylet has registered with the GCS, so wait for it (bounded)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            heads = [n["node_id"] for n in self.alive_nodes() if n["is_head_node"]]
+            if heads:
+                return heads[0]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no ALIVE head node listed after {timeout_s}s")
+            time.sleep(0.5)
 
     def client_env(self, **extra: str) -> dict[str, str]:
         """The environment for a Ray client of this cluster (``ray job submit`` ...)."""
@@ -180,10 +221,37 @@ def _stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
         proc.wait(timeout=5)
 
 
+@dataclass
+class WorkerNode:
+    node_id: str
+    log_path: Path
+    proc: subprocess.Popen
+
+    def log_tail(self, chars: int = 4000) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-chars:]
+        return ""
+
+
+def _node_args(*, num_cpus: int, object_store_memory: int,
+               resources: dict[str, float] | None) -> list[str]:
+    args = [f"--num-cpus={num_cpus}", f"--object-store-memory={object_store_memory}"]
+    if resources:
+        args.append(f"--resources={json.dumps(resources)}")
+    return args
+
+
 @contextlib.contextmanager
 def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
-             object_store_memory: int = 256 * 1024 * 1024) -> Iterator[Cluster]:
-    """Start a head node with the dashboard on loopback; yield it; tear it down."""
+             object_store_memory: int = 256 * 1024 * 1024,
+             resources: dict[str, float] | None = None,
+             system_config: dict[str, Any] | None = None,
+             env: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """Start a head node with the dashboard on loopback; yield it; tear it down.
+
+    ``resources``: custom resources of the head (``--resources``); ``system_config``:
+    Ray's ``--system-config`` (e.g. ``object_spilling_config``); ``env``: extra variables
+    for the node's processes, which every job's entrypoint inherits."""
     # Unix socket paths are limited to ~107 bytes and Ray nests session_<date>_<pid>/sockets/
     # under the temp dir, so keep it short (pytest's tmp_path is too long).
     temp_dir = tempfile.mkdtemp(prefix="drray-", dir="/tmp")
@@ -207,10 +275,13 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
         f"--runtime-env-agent-port={runtime_env}",
         f"--node-manager-port={node_mgr}", f"--object-manager-port={obj_mgr}",
         f"--min-worker-port={wlo}", f"--max-worker-port={whi}",
-        f"--num-cpus={num_cpus}", f"--object-store-memory={object_store_memory}",
+        *_node_args(num_cpus=num_cpus, object_store_memory=object_store_memory,
+                    resources=resources),
         f"--temp-dir={temp_dir}",
     ]
-    env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    if system_config:
+        cmd.append(f"--system-config={json.dumps(system_config)}")
+    env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, **(env or {}))
     # cwd: a job submitted without --working-dir runs its entrypoint in the head's cwd, so
     # ``python -m jobs.sweep`` finds the repo's ``jobs`` package as it would for a user who
     # ran ``ray start --head`` in a checkout.
@@ -220,7 +291,7 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         cluster = Cluster(f"{HOST}:{gcs}", f"http://{HOST}:{dash}", temp_dir, log_path, proc,
-                          token)
+                          token, ports=taken | set(range(wlo, whi + 1)))
         try:
             _wait_ready(cluster.dashboard_url, token, proc, log_path, ready_timeout_s)
             yield cluster
@@ -228,3 +299,64 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
             _stop(proc)
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _wait_new_node(cluster: Cluster, known: set[str], proc: subprocess.Popen, log_path: Path,
+                   timeout_s: float) -> str:
+    """The id of the node that joined ``cluster`` beyond ``known``, once it is ALIVE."""
+    deadline = time.monotonic() + timeout_s
+    last: object = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ray start --address exited with {proc.returncode}:\n"
+                               f"{log_path.read_text(errors='replace')[-4000:]}")
+        try:
+            new = [n["node_id"] for n in cluster.alive_nodes() if n["node_id"] not in known]
+            if new:
+                return new[0]
+            last = "not joined yet"
+        except (httpx.HTTPError, RuntimeError) as exc:
+            last = exc
+        time.sleep(0.5)
+    raise TimeoutError(f"worker node not ALIVE after {timeout_s}s (last: {last!r}):\n"
+                       f"{log_path.read_text(errors='replace')[-4000:]}")
+
+
+@contextlib.contextmanager
+def ray_worker(cluster: Cluster, *, num_cpus: int = 2, ready_timeout_s: float = 90.0,
+               object_store_memory: int = 256 * 1024 * 1024,
+               resources: dict[str, float] | None = None,
+               env: dict[str, str] | None = None) -> Iterator[WorkerNode]:
+    """Add a node to ``cluster`` on this machine (``ray start --address <gcs> --block``);
+    yield it once the GCS lists it ALIVE; tear it down (before the head)."""
+    n = len(list(Path(cluster.temp_dir).glob("ray-worker-*.log")))
+    log_path = Path(cluster.temp_dir) / f"ray-worker-{n}.log"
+    node_mgr, obj_mgr, metrics, agent_http, agent_grpc, runtime_env = free_ports(6)
+    taken = {node_mgr, obj_mgr, metrics, agent_http, agent_grpc, runtime_env}
+    wlo, whi = free_port_range(WORKER_PORTS, *_WORKER_RANGE, exclude=taken | cluster.ports)
+    cmd = [
+        RAY, "start", f"--address={cluster.gcs_address}", "--block", "--disable-usage-stats",
+        f"--node-ip-address={HOST}",
+        f"--node-manager-port={node_mgr}", f"--object-manager-port={obj_mgr}",
+        f"--metrics-export-port={metrics}",
+        f"--dashboard-agent-listen-port={agent_http}",
+        f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--runtime-env-agent-port={runtime_env}",
+        f"--min-worker-port={wlo}", f"--max-worker-port={whi}",
+        *_node_args(num_cpus=num_cpus, object_store_memory=object_store_memory,
+                    resources=resources),
+        # One log monitor per machine: the head's already tails the shared session dir
+        # (ray.cluster_utils does the same); a second would send every line twice.
+        "--include-log-monitor=false",
+    ]
+    known = {node["node_id"] for node in cluster.alive_nodes()}
+    env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=cluster.token, **(env or {}))
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    cluster.ports |= taken | set(range(wlo, whi + 1))
+    try:
+        node_id = _wait_new_node(cluster, known, proc, log_path, ready_timeout_s)
+        yield WorkerNode(node_id, log_path, proc)
+    finally:
+        _stop(proc)

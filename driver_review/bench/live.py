@@ -1,0 +1,164 @@
+"""Scenarios 3, 4 and 5 in one running service (Serve ingress, poller, pools), because
+the cache can only be seen inside one instance and starting a service is the slow part.
+
+Phases, in order, each only when selected:
+
+1. bootstrap: the poller lists the catalog once and the pipeline reviews it (settle);
+2. **latency** (4): the simulator makes changes at a steady rate and pings each one; the
+   Parquet results give acceptance-to-decision times (``reviewed_at - queued_at`` of the
+   fresh-lane intake rows) and, per version, acceptance to its final decision; minus
+   the time spent in external calls (the longest check of each stage) that is the
+   system's own overhead;
+3. **cache** (3): the catalog holds still and settles; then 1% of the drivers get a new
+   version (no pings: the poller finds them) and the service settles again. Each changed
+   version must be fetched once (``GET /v1/drivers/{id}`` 200s per changed version),
+   however many stages it passes, and no unchanged driver is fetched or downloaded;
+4. **ingress** (5): see :mod:`.ingress`.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+import uuid
+from typing import Any
+
+import httpx
+
+from driver_review.bench import ingress as ingress_scenario
+from driver_review.bench.common import SEED, Context, free_port, pipeline_config, ratio, say, target
+from driver_review.bench.latency import latency_figures
+from driver_review.service import SECRET_ENV, start_service, stop_service
+from driver_review.sim import SimServer, SimSettings
+
+PHASES = ("cache", "latency", "ingress")
+LIVE_LATENCY_MS = 10.0
+POLL_INTERVAL_S = 5.0  # pings are the fast path; the poller is the safety net
+SETTLE_TIMEOUT_S = 240.0
+HIGH_WATER = 10_000_000  # intake never refuses in these phases
+
+
+def _secret() -> str:
+    return os.environ.setdefault(SECRET_ENV, "whsec_" + base64.b64encode(os.urandom(24)).decode())
+
+
+def _settle(system: Any, sim: SimServer, timeout_s: float, *, converged: bool) -> float:
+    """Wait until the poller has bootstrapped and nothing is queued or leased (and, with
+    ``converged``, the catalog equals its truth). Returns the seconds it took."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        poller = system.poller.call_sync("stats")
+        if poller["bootstraps"] >= 1 and system.orchestrator.call_sync("quiescent"):
+            done, total = sim.state.converged()
+            if not converged or done == total:
+                return time.monotonic() - started
+        time.sleep(0.2)
+    raise TimeoutError(f"the service did not settle within {timeout_s:.0f} s")
+
+
+def _cache_phase(ctx: Context, system: Any, sim: SimServer) -> dict[str, Any]:
+    drivers = len(sim.state)
+    changes = max(1, drivers // 100)
+    httpx.post(f"{sim.url}/_sim/reset_stats", timeout=30).raise_for_status()
+    cache_before = system.cache.call_sync("stats")
+    decided_before = len(sim.state.decisions)
+    changed = {sim.state.generate_change().id for _ in range(changes)}
+    settle_s = _settle(system, sim, SETTLE_TIMEOUT_S, converged=True)
+    stats = httpx.get(f"{sim.url}/_sim/stats", timeout=30).json()
+    cache_after = system.cache.call_sync("stats")
+    decisions = [d for d in sim.state.decisions[decided_before:] if not d.duplicate]
+    reviewed = {d.driver_id for d in decisions}
+    security = sum(d.stage == "security" for d in decisions)
+    gets_200 = stats["requests"].get("GET /v1/drivers/{id}", {}).get("200", 0)
+    packages = stats["packages_served"]
+    out = {
+        "drivers": drivers,
+        "changed_versions": len(changed),
+        "settle_s": settle_s,
+        "drivers_reviewed": len(reviewed),
+        "decisions": len(decisions),
+        "security_reviews": security,
+        "driver_gets_200": gets_200,
+        "driver_gets_per_changed_version_ratio": ratio(gets_200, len(changed)),
+        "max_fetches_per_version": stats["max_fetches_per_version"],
+        "driver_gets_per_decision_ratio": ratio(gets_200, len(decisions)),
+        "packages_fetched": packages,
+        "package_bytes": stats["package_bytes"],
+        "package_fetches_per_security_review_ratio": ratio(packages, security),
+        "unchanged_drivers_fetched": len(
+            {d for (d, _v) in sim.state.stats.fetches_by_version} - changed),
+        "package_downloads_avoided": drivers - packages,
+        "cache_hits": cache_after["hits"] - cache_before["hits"],
+        "cache_misses_and_stale": (cache_after["misses"] + cache_after["stale"]
+                                   - cache_before["misses"] - cache_before["stale"]),
+        "requests": stats["requests"],
+    }
+    say(f"  cache: {len(changed)} changed versions, {gets_200} driver GETs, "
+        f"{packages} packages, {len(decisions)} decisions")
+    return {
+        "what": "one running service: settle, give 1% of the drivers a new version, settle "
+                "again; driver GETs per changed version and packages fetched",
+        "settings": {"drivers": drivers, "changed_share": 0.01, "poll_interval_s": POLL_INTERVAL_S,
+                     "latency_ms": LIVE_LATENCY_MS},
+        **out,
+        "targets": {
+            "driver_gets_per_changed_version_ratio": target(
+                out["driver_gets_per_changed_version_ratio"], "<=", 1.0,
+                "one fetch per changed version, however many stages it passes"),
+            "max_fetches_per_version": target(out["max_fetches_per_version"], "<=", 1),
+            "unchanged_drivers_fetched": target(out["unchanged_drivers_fetched"], "<=", 0),
+            "package_fetches_per_security_review_ratio": target(
+                out["package_fetches_per_security_review_ratio"], "<=", 1.0),
+        },
+    }
+
+
+def run(ctx: Context, phases: set[str]) -> dict[str, dict[str, Any]]:
+    sizes = ctx.sizes
+    secret = _secret()
+    port = free_port()
+    latency = "latency" in phases
+    settings = SimSettings(
+        drivers=sizes.live_drivers, seed=SEED + 1, latency_ms=LIVE_LATENCY_MS,
+        update_rate=sizes.ping_rate if latency else 0.0,
+        webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers", webhook_secret=secret,
+    )
+    data_dir = ctx.scratch("live")
+    results: dict[str, dict[str, Any]] = {}
+    with SimServer(settings) as sim:
+        config = pipeline_config(
+            sim.url,
+            window={"high_water": HIGH_WATER, "freshness_s": 30 * 86400.0, "bucket_s": 5.0,
+                    "snapshot_s": 3600.0},
+            results={"rollover_s": 1.0},
+        )
+        started = time.monotonic()
+        system = start_service(config, config_path=None, instance=f"bench-{uuid.uuid4().hex[:6]}",
+                               data_dir=data_dir, host="127.0.0.1", port=port,
+                               poll_interval_s=POLL_INTERVAL_S)
+        window: tuple[float, float] | None = None
+        try:
+            up_s = time.monotonic() - started
+            boot_s = _settle(system, sim, SETTLE_TIMEOUT_S, converged=False)
+            say(f"  live service up in {up_s:.1f}s, bootstrap of {sizes.live_drivers} drivers "
+                f"settled in {boot_s:.1f}s")
+            if latency:
+                t0 = time.time()
+                time.sleep(sizes.ping_duration_s)
+                window = (t0, time.time())
+                httpx.post(f"{sim.url}/_sim/pause", timeout=30).raise_for_status()
+            _settle(system, sim, SETTLE_TIMEOUT_S, converged=True)
+            webhooks = httpx.get(f"{sim.url}/_sim/stats", timeout=30).json()["webhooks"]
+            if "cache" in phases:
+                results["cache"] = _cache_phase(ctx, system, sim)
+            if "ingress" in phases:
+                results["ingress"] = ingress_scenario.measure(
+                    port, pings=sizes.ingress_pings, concurrency=sizes.ingress_concurrency,
+                    rounds=sizes.ingress_rounds)
+        finally:
+            stop_service(system)
+    if window is not None:
+        results["latency"] = latency_figures(data_dir, window, ping_rate=sizes.ping_rate,
+                                             latency_ms=LIVE_LATENCY_MS, webhooks=webhooks)
+    return results

@@ -1,0 +1,420 @@
+"""Running on a real Ray cluster: the deployment files, and a two-node cluster on this
+machine.
+
+- **Cluster launcher** (``cluster.yaml``): valid for Ray's own validator (the JSON schema
+  shipped in the ray package), with the head resource, spilling and the service wired.
+- **KubeRay** (``deploy/kuberay/``): the fields KubeRay needs, the Serve config embedded
+  in the RayService builds with :class:`serve_app.app.IngressArgs`, the RayJob runs the
+  sweep with flags the CLI accepts.
+- **Two nodes on one machine**: ``ray start --head`` with the ``driver_review_head``
+  resource plus ``ray start --address`` (see ``cluster.py``), ``driver-review serve`` and
+  a sweep submitted with ``ray job submit``: stage workers land on both nodes, the
+  orchestrator and governor on the head; SIGINT stops the service in order.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from cluster import RAY, REPO, VENV_BIN, Cluster, free_ports, ray_head, ray_worker
+
+from driver_review.cli import build_parser
+from driver_review.config import load_config
+from driver_review.sim import SimSettings
+from serve_app.app import IngressArgs
+
+HEAD_RESOURCE = "driver_review_head"
+HEAD_ENV = "DRIVER_REVIEW_HEAD_RESOURCE"
+SECRET_ENV = "DRIVER_REVIEW_WEBHOOK_SECRET"
+KUBERAY = REPO / "deploy" / "kuberay"
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [d for d in docs if d.get("kind") == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+_REDIRECTION = re.compile(r"(?<=\s)\d*(?:>>|>&|<&|&>|>|<)\s*[^\s;&|]+")
+
+
+def _shell_words(command: str) -> list[list[str]]:
+    """A shell command line as its simple commands (split on ``; && || & |``), each as a
+    list of words, redirections (``> f``, ``2>&1``, ``< f``) left out. Enough to read the
+    one-liners of a launcher config the way the shell will."""
+    lexer = shlex.shlex(_REDIRECTION.sub(" ", command), posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    commands: list[list[str]] = [[]]
+    for word in lexer:
+        if word in {";", "&&", "||", "&", "|"}:
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    return [c for c in commands if c]
+
+
+def _after(words: list[str], *prefix: str) -> list[str] | None:
+    """The words after ``prefix`` when the command starts with it (skipping nohup/env)."""
+    while words and (words[0] in {"nohup", "exec"} or "=" in words[0]):
+        words = words[1:]
+    n = len(prefix)
+    return words[n:] if tuple(words[:n]) == prefix else None
+
+
+# -- cluster launcher ------------------------------------------------------------------------
+
+def _launcher_config() -> dict[str, Any]:
+    return yaml.safe_load((REPO / "cluster.yaml").read_text())
+
+
+def test_launcher_config_passes_rays_own_validation() -> None:
+    """What ``ray up`` does before it talks to the cloud: fill in the provider's defaults
+    (``prepare_config``) and validate against ``ray/autoscaler/ray-schema.json``
+    (``validate_config``, with jsonschema, which ray itself depends on)."""
+    import jsonschema
+    import ray.autoscaler
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    raw = _launcher_config()
+    schema = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+    jsonschema.validate(raw, schema)  # the file as written, before any defaults
+    validate_config(prepare_config(raw))
+
+
+def test_launcher_config_pins_the_head_and_spills() -> None:
+    config = _launcher_config()
+    head_type = config["head_node_type"]
+    types = config["available_node_types"]
+    # The launcher hands a node type's `resources` to `ray start` (RAY_OVERRIDE_RESOURCES).
+    assert types[head_type]["resources"].get(HEAD_RESOURCE) == 1
+    workers = [t for name, t in types.items() if name != head_type]
+    assert workers and all(t.get("max_workers", 0) > t.get("min_workers", 0) for t in workers)
+    assert all(HEAD_RESOURCE not in t.get("resources", {}) for t in workers)
+
+    head = [w for line in config["head_start_ray_commands"] for w in _shell_words(line)]
+    ray_start = [_after(c, "ray", "start") for c in head]
+    ray_start = [a for a in ray_start if a is not None]
+    assert len(ray_start) == 1 and "--head" in ray_start[0]
+    system = next(a.split("=", 1)[1] for a in ray_start[0] if a.startswith("--system-config="))
+    spilling = json.loads(json.loads(system)["object_spilling_config"])
+    assert spilling["type"] == "filesystem" and spilling["params"]["directory_path"]
+    exports = {w for c in head if c and c[0] == "export" for w in c[1:]}
+    assert f"{HEAD_ENV}={HEAD_RESOURCE}" in exports
+
+    # The service on the head, with flags the CLI accepts and results on S3.
+    serve = [a for a in (_after(c, "driver-review", "serve") for c in head) if a is not None]
+    assert len(serve) == 1, head
+    args = build_parser().parse_args(["serve", *serve[0]])
+    assert args.data_dir.startswith("s3://") and args.host == "0.0.0.0"
+
+    worker = [w for line in config["worker_start_ray_commands"] for w in _shell_words(line)]
+    assert any(_after(c, "ray", "start") is not None for c in worker)
+    setup = " ".join(config["setup_commands"])
+    assert "pip install" in setup and "driver-review" in setup
+
+
+# -- KubeRay -----------------------------------------------------------------------------------
+
+def _check_cluster_spec(spec: dict[str, Any], where: str) -> None:
+    head = spec["headGroupSpec"]
+    groups = [("head", head), *((g["groupName"], g) for g in spec["workerGroupSpecs"])]
+    for name, group in groups:
+        params = group["rayStartParams"]
+        # KubeRay's CRD types rayStartParams as map[string]string: an unquoted number fails.
+        assert all(isinstance(v, str) for v in params.values()), (where, name, params)
+        containers = group["template"]["spec"]["containers"]
+        assert containers and all(c.get("image") and c.get("name") for c in containers), name
+    head_resources = head["rayStartParams"]["resources"]
+    # KubeRay's documented format: a JSON object inside a double-quoted string.
+    assert head_resources.startswith('"') and head_resources.endswith('"')
+    assert json.loads(head_resources[1:-1]) == {HEAD_RESOURCE: 1}
+    head_env = {e["name"]: e for e in head["template"]["spec"]["containers"][0].get("env", [])}
+    assert head_env[HEAD_ENV]["value"] == HEAD_RESOURCE, where
+    assert spec["workerGroupSpecs"], where
+    for group in spec["workerGroupSpecs"]:
+        assert group["groupName"]
+        assert 0 <= group["minReplicas"] <= group["replicas"] <= group["maxReplicas"], group
+        assert "resources" not in group["rayStartParams"]  # the head resource is the head's
+
+
+def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def test_kuberay_rayservice() -> None:
+    docs = _docs(KUBERAY / "rayservice.yaml")
+    service = _one(docs, "RayService")
+    assert service["apiVersion"] == "ray.io/v1" and service["metadata"]["name"]
+    spec = service["spec"]
+    _check_cluster_spec(spec["rayClusterConfig"], "RayService")
+
+    serve_config = yaml.safe_load(spec["serveConfigV2"])
+    apps = serve_config["applications"]
+    assert [a["import_path"] for a in apps] == ["serve_app.app:build_app"]
+    args = IngressArgs.model_validate(apps[0].get("args") or {})
+
+    # The webhook secret comes from a Secret, on every node that may build or host the app.
+    cluster = spec["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    for group in pods:
+        env = _env(group["template"]["spec"]["containers"][0])
+        ref = env[args.webhook_secret_env]["valueFrom"]["secretKeyRef"]
+        assert ref["name"] and ref["key"]
+        assert "RAY_ADDRESS" not in env  # inside the cluster Ray finds its own head
+
+    # The pipeline's actors (orchestrator, pools, poller) are started on the head by the
+    # script in the ConfigMap, for the instance the ingress serves.
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    scripts = _one(docs, "ConfigMap")
+    head_env = _env(head["containers"][0])
+    assert head_env["DRIVER_REVIEW_INSTANCE"]["value"] == args.instance
+    assert head_env["DRIVER_REVIEW_DATA_DIR"]["value"].startswith("s3://")
+    assert head_env["DRIVER_REVIEW_CATALOG_URL"]["value"].startswith("http")
+    mounted = {v["configMap"]["name"] for v in head.get("volumes", []) if "configMap" in v}
+    assert scripts["metadata"]["name"] in mounted
+    starter = scripts["data"]["start_instance.py"]
+    compile(starter, "start_instance.py", "exec")
+    for line in starter.splitlines():  # every name it imports exists
+        if line.startswith("from driver_review"):
+            module, names = line[5:].split(" import ")
+            mod = __import__(module, fromlist=["_"])
+            assert all(hasattr(mod, n.strip()) for n in names.split(",")), line
+
+
+def test_kuberay_rayjob_runs_the_sweep() -> None:
+    job = _one(_docs(KUBERAY / "rayjob-sweep.yaml"), "RayJob")
+    assert job["apiVersion"] == "ray.io/v1" and job["metadata"]["name"]
+    spec = job["spec"]
+    _check_cluster_spec(spec["rayClusterSpec"], "RayJob")
+    words = shlex.split(spec["entrypoint"])
+    assert words[:3] == ["python", "-m", "jobs.sweep"], words
+    args = build_parser().parse_args(["sweep", *words[3:]])
+    assert args.json and args.data_dir.startswith("s3://")
+    assert args.catalog_url.startswith("http")
+
+
+def test_serve_config_file_args_validate() -> None:
+    config = yaml.safe_load((REPO / "serve_app" / "serve_config.yaml").read_text())
+    for app in config["applications"]:
+        assert app["import_path"] == "serve_app.app:build_app"
+        IngressArgs.model_validate(app.get("args") or {})
+
+
+# -- two nodes on this machine ---------------------------------------------------------------
+
+SERVICE_DRIVERS = 120
+SWEEP_DRIVERS = 200
+JOB_TIMEOUT_S = 240.0
+READY_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 90.0
+
+
+def _pipeline_file(path: Path) -> Path:
+    """The shipped pipeline with two workers per stage at least, so that SPREAD has
+    something to spread over two nodes, and short windows for a quick test."""
+    data = load_config().model_dump()
+    for stage in data["stages"]:
+        stage["pool"].update(min_workers=2, max_workers=3)
+    data["window"].update(bucket_s=1.0, lease_s=30.0, snapshot_s=5.0, skew_overlap_s=2.0)
+    data["catalog"]["timeout_s"] = 5.0
+    data["results"]["rollover_s"] = 2.0
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _wait(predicate, timeout_s: float, what: str, every_s: float = 0.5,
+          context=lambda: "") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout_s}s\n{context()}")
+        time.sleep(every_s)
+
+
+def _healthy(url: str, proc: subprocess.Popen, log: Path) -> bool:
+    if proc.poll() is not None:
+        pytest.fail(f"driver-review serve exited with {proc.returncode}:\n"
+                    f"{log.read_text(errors='replace')[-4000:]}")
+    try:
+        return httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _actors(cluster: Cluster, instance: str, *, alive: bool = True) -> list[dict[str, Any]]:
+    rows = [a for a in cluster.state("actors")
+            if (a.get("name") or "").startswith(f"{instance}/")]
+    return [a for a in rows if a["state"] == "ALIVE"] if alive else rows
+
+
+def _placement(actors: list[dict[str, Any]]) -> dict[str, str]:
+    return {a["name"]: a["node_id"] for a in actors}
+
+
+def _text(out: str | bytes | None) -> str:
+    return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+
+
+def _submit_sweep(cluster: Cluster, sim_url: str, config: Path, data_dir: Path,
+                  submission_id: str) -> tuple[subprocess.CompletedProcess, dict, str]:
+    cmd = [RAY, "job", "submit", "--address", cluster.dashboard_url,
+           "--submission-id", submission_id, "--",
+           "python", "-m", "jobs.sweep", "--catalog-url", sim_url, "--config", str(config),
+           "--data-dir", str(data_dir), "--json", "--timeout-s", str(JOB_TIMEOUT_S - 60)]
+    try:
+        submit = subprocess.run(cmd, cwd=REPO, env=cluster.client_env(), text=True,
+                                capture_output=True, timeout=JOB_TIMEOUT_S,
+                                stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"ray job submit still running after {JOB_TIMEOUT_S}s:\n"
+                    f"{_text(exc.stdout)[-3000:]}\n{_text(exc.stderr)[-3000:]}")
+    job = cluster.get(f"/api/jobs/{submission_id}").json()
+    logs = cluster.get(f"/api/jobs/{submission_id}/logs").json()["logs"]
+    return submit, job, logs
+
+
+def _stop_service(proc: subprocess.Popen) -> None:
+    """SIGINT is the documented stop; anything left after the grace period is killed."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_two_nodes_service_and_sweep_job(sim_factory, tmp_path) -> None:
+    t0 = time.monotonic()
+    secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
+    (port,) = free_ports(1)
+    url = f"http://127.0.0.1:{port}"
+    service_sim = sim_factory(SimSettings(
+        drivers=SERVICE_DRIVERS, seed=11, update_rate=2.0,
+        webhook_url=f"{url}/webhooks/drivers", webhook_secret=secret))
+    sweep_sim = sim_factory(SimSettings(drivers=SWEEP_DRIVERS, seed=12, rate_limit=100))
+    config = _pipeline_file(tmp_path / "pipeline.yaml")
+    instance = "main"
+    service_log = tmp_path / "serve.log"
+    spill = {"type": "filesystem", "params": {"directory_path": str(tmp_path / "spill")}}
+    times: dict[str, float] = {}
+
+    with ray_head(num_cpus=2, resources={HEAD_RESOURCE: 1},
+                  system_config={"object_spilling_config": json.dumps(spill)},
+                  # As cluster.yaml does: every job on the head inherits the variable.
+                  env={HEAD_ENV: HEAD_RESOURCE}) as cluster, \
+            ray_worker(cluster, num_cpus=2) as worker:
+        head_id = cluster.head_node_id()
+        assert {n["node_id"] for n in cluster.alive_nodes()} == {head_id, worker.node_id}
+        times["cluster"] = time.monotonic() - t0
+
+        env = cluster.client_env(RAY_ADDRESS=cluster.gcs_address, **{
+            SECRET_ENV: secret, HEAD_ENV: HEAD_RESOURCE})
+        with open(service_log, "wb") as log:
+            service = subprocess.Popen(
+                [str(VENV_BIN / "driver-review"), "serve", "--catalog-url", service_sim.url,
+                 "--config", str(config), "--data-dir", str(tmp_path / "service"),
+                 "--port", str(port), "--instance", instance],
+                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
+
+        def context() -> str:
+            return (f"service log:\n{service_log.read_text(errors='replace')[-3000:]}\n"
+                    f"head log:\n{cluster.log_tail(1500)}\nworker log:\n"
+                    f"{worker.log_tail(1500)}")
+
+        try:
+            _wait(lambda: _healthy(url, service, service_log), READY_TIMEOUT_S,
+                  "service healthy", context=context)
+            times["service"] = time.monotonic() - t0
+
+            # Stage workers are spread over both nodes; orchestrator and governor are on
+            # the head, because they ask for a sliver of its custom resource.
+            def spread() -> list[dict[str, Any]] | None:
+                actors = _actors(cluster, instance)
+                workers = [a for a in actors if a["class_name"] == "StageWorker"]
+                return actors if len(workers) >= 6 else None
+
+            actors = _wait(spread, READY_TIMEOUT_S, "six stage workers alive", every_s=1.0,
+                           context=context)
+            by_name = {a["name"]: a for a in actors}
+            workers = {n: a["node_id"] for n, a in by_name.items()
+                       if a["class_name"] == "StageWorker"}
+            assert set(workers.values()) == {head_id, worker.node_id}, workers
+            for role in ("orchestrator", "governor"):
+                actor = by_name[f"{instance}/{role}"]
+                assert actor["node_id"] == head_id, (role, actor["node_id"])
+                assert actor["required_resources"].get(HEAD_RESOURCE, 0) > 0, actor
+            assert all(HEAD_RESOURCE not in by_name[n]["required_resources"] for n in workers)
+            # Pings reach the ingress through the Serve proxy and are taken (202).
+            _wait(lambda: httpx.get(f"{service_sim.url}/_sim/stats", timeout=10).json()
+                  ["webhooks"]["delivered"] > 0, 120, "a webhook delivered",
+                  context=context)
+
+            # A sweep of its own, submitted as a Ray job to the same cluster.
+            submission_id = f"sweep-{uuid.uuid4().hex[:8]}"
+            t_job = time.monotonic()
+            submit, job, logs = _submit_sweep(cluster, sweep_sim.url, config,
+                                              tmp_path / "sweep", submission_id)
+            times["job"] = time.monotonic() - t_job
+            assert job["status"] == "SUCCEEDED" and submit.returncode == 0, (
+                f"{job}\nstdout:\n{submit.stdout[-2000:]}\nstderr:\n{submit.stderr[-2000:]}"
+                f"\nlogs:\n{logs[-3000:]}")
+            summary = json.loads(next(line for line in reversed(logs.splitlines())
+                                      if line.startswith("{")))
+            assert summary["drivers"] == SWEEP_DRIVERS and not summary["timed_out"]
+            assert sum(summary["final_states"].values()) == SWEEP_DRIVERS
+            sweep = {a["name"]: a for a in _actors(cluster, summary["instance"], alive=False)}
+            # The job inherited the head's DRIVER_REVIEW_HEAD_RESOURCE: pinned there too.
+            assert sweep[f"{summary['instance']}/orchestrator"]["node_id"] == head_id
+            sweep_workers = {n: a["node_id"] for n, a in sweep.items()
+                             if a["class_name"] == "StageWorker"}
+            assert set(sweep_workers.values()) == {head_id, worker.node_id}, sweep_workers
+
+            # The service kept up meanwhile: hold the catalog still and let it converge.
+            httpx.post(f"{service_sim.url}/_sim/pause", timeout=10)
+            _wait(lambda: service_sim.state.converged()[0] == service_sim.state.converged()[1],
+                  180, "service converged to the catalog's truth", every_s=1.0,
+                  context=lambda: f"{service_sim.state.converged()}\n{context()}")
+            times["converged"] = time.monotonic() - t0
+        finally:
+            t_stop = time.monotonic()
+            _stop_service(service)
+            times["stop"] = time.monotonic() - t_stop
+
+        out = service_log.read_text(errors="replace")
+        assert service.returncode == 0, out[-3000:]
+        assert "stopping: intake, drain, services" in out and "stopped." in out, out[-3000:]
+        # Intake stopped first, then drain, then services: nothing of the instance is left.
+        left = _actors(cluster, instance)
+        assert left == [], _placement(left)
+        t_down = time.monotonic()
+    times["teardown"] = time.monotonic() - t_down
+    head_workers = sum(node == head_id for node in workers.values())
+    print(f"\ntwo nodes: cluster up {times['cluster']:.1f}s, service healthy at "
+          f"{times['service']:.1f}s, sweep job {times['job']:.1f}s (sweep "
+          f"{summary['wall_s']:.1f}s), service converged at {times['converged']:.1f}s, "
+          f"SIGINT stop {times['stop']:.1f}s, teardown {times['teardown']:.1f}s; service "
+          f"workers {head_workers} on head / {len(workers) - head_workers} on the other node")
