@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--duration", type=_positive(float), default=60.0, help="seconds")
     demo.add_argument("--drivers", type=_positive(int), default=2000)
     demo.add_argument("--data-dir", default="./data/demo")
+
+    bench = sub.add_parser("bench", help="the benchmark: every scenario side by side, here")
+    bench.add_argument("--quick", action="store_true", help="small sizes: a few minutes")
+    bench.add_argument("--out", default="bench-results", help="directory for bench.json/.png")
+    bench.add_argument("--only", help="comma-separated scenarios (default: all)")
     return parser
 
 
@@ -134,4 +139,8 @@ def _run(args: argparse.Namespace) -> int:
         from driver_review.demo import run_demo
 
         return run_demo(duration_s=args.duration, drivers=args.drivers, data_dir=args.data_dir)
+    if args.command == "bench":
+        from driver_review.bench import run_bench
+
+        return run_bench(quick=args.quick, out_dir=args.out, only=args.only)
     raise AssertionError(args.command)

@@ -1,0 +1,38 @@
+"""The benchmark: ``python -m jobs.bench [--quick] [--out DIR] [--only a,b]`` (also
+``driver-review bench …`` and ``ray job submit -- python -m jobs.bench …``).
+
+Every scenario runs on this machine, one after the other, against the simulated catalog
+on loopback, and every comparison is a ratio of two figures measured side by side in the
+same run — a loaded 2-core machine makes absolute numbers noisy, ratios much less so.
+
+Scenarios (``--only`` takes these names):
+
+==============  ==========================================================================
+utilization     one sweep at an undisclosed rate limit R, and once more with RateLimit
+                headers: useful calls/s ÷ R, 429 share, active wall ÷ the minimum
+peers           the same sweep by a naive task-per-driver fan-out and by a Ray Data actor
+                pool (same checks, same decisions): wall, 429s, calls per decision
+cache           one running service: 1% of the drivers change; driver fetches per changed
+                version and package downloads
+latency         pings at a steady rate into the live service: acceptance to decision, and
+                that minus the time spent in external calls
+ingress         signed pings/s through the Serve ingress, against a plain uvicorn endpoint
+                (ceiling) and a Serve no-op deployment (the engine's own cost)
+ledger          1M and 5M drivers (quick: 100k, 500k) in the columnar ledger against a
+                dict of objects: bytes per driver, staleness slice, snapshot write/load
+isolation       one stage made ~10x slower: the other stages' throughput as a ratio
+==============  ==========================================================================
+
+Output: ``<out>/bench.json`` (figures with units in their names, a ``targets`` section per
+scenario saying met or missed with the value, the settings, the machine) and
+``<out>/bench.png`` (needs matplotlib, the ``bench`` extra; skipped with a note without).
+
+Modules: ``runner`` (order, machine, output), ``common`` (sizes, call log, targets), one
+module per scenario (``utilization``, ``peers`` with ``peer_review``, ``live`` with
+``latency`` and ``ingress``/``plain_asgi``, ``ledger_scale`` with ``ledger_probe``,
+``isolation``), ``chart``.
+"""
+
+from driver_review.bench.runner import SCENARIOS, parse_only, run_bench
+
+__all__ = ["SCENARIOS", "parse_only", "run_bench"]

@@ -22,6 +22,7 @@ import base64
 import os
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -151,14 +152,24 @@ def run(ctx: Context, phases: set[str]) -> dict[str, dict[str, Any]]:
             _settle(system, sim, SETTLE_TIMEOUT_S, converged=True)
             webhooks = httpx.get(f"{sim.url}/_sim/stats", timeout=30).json()["webhooks"]
             if "cache" in phases:
-                results["cache"] = _cache_phase(ctx, system, sim)
+                results["cache"] = _phase(lambda: _cache_phase(ctx, system, sim))
             if "ingress" in phases:
-                results["ingress"] = ingress_scenario.measure(
+                results["ingress"] = _phase(lambda: ingress_scenario.measure(
                     port, pings=sizes.ingress_pings, concurrency=sizes.ingress_concurrency,
-                    rounds=sizes.ingress_rounds)
+                    rounds=sizes.ingress_rounds))
         finally:
             stop_service(system)
-    if window is not None:
-        results["latency"] = latency_figures(data_dir, window, ping_rate=sizes.ping_rate,
-                                             latency_ms=LIVE_LATENCY_MS, webhooks=webhooks)
+    if window is not None:  # after the stop: every worker has flushed its results
+        results["latency"] = _phase(lambda: latency_figures(
+            data_dir, window, ping_rate=sizes.ping_rate, latency_ms=LIVE_LATENCY_MS,
+            webhooks=webhooks))
     return results
+
+
+def _phase(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """One phase's figures, or its error: the other phases still report theirs."""
+    try:
+        return measure()
+    except Exception as exc:
+        say(f"  phase failed: {type(exc).__name__}: {exc}")
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}

@@ -141,10 +141,10 @@ def _check_cluster_spec(spec: dict[str, Any], where: str) -> None:
         assert all(isinstance(v, str) for v in params.values()), (where, name, params)
         containers = group["template"]["spec"]["containers"]
         assert containers and all(c.get("image") and c.get("name") for c in containers), name
-    head_resources = head["rayStartParams"]["resources"]
-    # KubeRay's documented format: a JSON object inside a double-quoted string.
-    assert head_resources.startswith('"') and head_resources.endswith('"')
-    assert json.loads(head_resources[1:-1]) == {HEAD_RESOURCE: 1}
+    # KubeRay pastes the value into the `ray start` line that bash runs, hence its
+    # documented format, a JSON object in a double-quoted shell word: read it as bash will.
+    (head_resources,) = shlex.split(head["rayStartParams"]["resources"])
+    assert json.loads(head_resources) == {HEAD_RESOURCE: 1}
     head_env = {e["name"]: e for e in head["template"]["spec"]["containers"][0].get("env", [])}
     assert head_env[HEAD_ENV]["value"] == HEAD_RESOURCE, where
     assert spec["workerGroupSpecs"], where
@@ -267,6 +267,10 @@ def _actors(cluster: Cluster, instance: str, *, alive: bool = True) -> list[dict
     return [a for a in rows if a["state"] == "ALIVE"] if alive else rows
 
 
+def _nodes(cluster: Cluster) -> list[tuple[str, str, bool]]:
+    return [(n["node_id"], n["state"], n["is_head_node"]) for n in cluster.state("nodes")]
+
+
 def _placement(actors: list[dict[str, Any]]) -> dict[str, str]:
     return {a["name"]: a["node_id"] for a in actors}
 
@@ -362,7 +366,9 @@ def test_two_nodes_service_and_sweep_job(sim_factory, tmp_path) -> None:
             by_name = {a["name"]: a for a in actors}
             workers = {n: a["node_id"] for n, a in by_name.items()
                        if a["class_name"] == "StageWorker"}
-            assert set(workers.values()) == {head_id, worker.node_id}, workers
+            assert set(workers.values()) == {head_id, worker.node_id}, (
+                f"head {head_id}, worker {worker.node_id}, stage workers {workers}, "
+                f"nodes {_nodes(cluster)}\n{context()}")
             for role in ("orchestrator", "governor"):
                 actor = by_name[f"{instance}/{role}"]
                 assert actor["node_id"] == head_id, (role, actor["node_id"])

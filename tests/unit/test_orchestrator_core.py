@@ -156,16 +156,16 @@ def test_stale_slices_are_spread_and_oldest_first(clock: Clock) -> None:
     core = make_core(clock, freshness_s=100, high_water=10_000)
     core.intake([change(i, stage=NO_STAGE, status=Status.PUBLISHED) for i in range(1000)])
     assert core.queued() == 0
-    # 1000 drivers visited once per 75 s of a 100 s bound, one slice a second
-    assert core.stale_slice_size(tick_s=1.0) == 14
+    # 1000 drivers visited once per 50 s of a 100 s bound, one slice a second
+    assert core.stale_slice_size(tick_s=1.0) == 20
     clock.now += 200
-    assert core.tick()["stale"] == 14
-    assert core.backlogs["compatibility"].depth(Lane.STALE) == 14
+    assert core.tick()["stale"] == 20
+    assert core.backlogs["compatibility"].depth(Lane.STALE) == 20
     first = items(core.demand("compatibility", 100))
-    assert len(first) == 14
+    assert len(first) == 20
     core.report(1, [ItemResult(d, v, s, Verdict.CONFIRMED) for d, v, s in first])
     clock.now += 1
-    assert core.tick()["stale"] == 14
+    assert core.tick()["stale"] == 20
     second = {d for d, _, _ in items(core.demand("compatibility", 100))}
     assert second.isdisjoint(d for d, _, _ in first)  # just confirmed: not again so soon
 
