@@ -179,16 +179,17 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def rounded(value: Any, digits: int = 4) -> Any:
-    """Floats rounded for a readable JSON document, recursively."""
+def rounded(value: Any) -> Any:
+    """Floats to 4 significant digits (one decimal from 1000 up) for a readable JSON
+    document, recursively; NaN and infinities become null."""
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
             return None
-        return round(value, digits)
+        return round(value, 1) if abs(value) >= 1000 else float(f"{value:.4g}")
     if isinstance(value, dict):
-        return {k: rounded(v, digits) for k, v in value.items()}
+        return {k: rounded(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [rounded(v, digits) for v in value]
+        return [rounded(v) for v in value]
     return value
 
 

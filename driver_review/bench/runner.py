@@ -32,6 +32,7 @@ NEEDS_RAY = frozenset(SCENARIOS) - {"ledger"}
 #: Logical CPUs of the local Ray the benchmark starts (as the test suite: the actors ask
 #: for none, so 4 on 2 cores only lets a few CPU-reserving tasks run side by side).
 LOCAL_CPUS = 4
+START_ATTEMPTS = 2
 
 
 def parse_only(only: str | Sequence[str] | None) -> list[str]:
@@ -57,9 +58,17 @@ def _connect() -> str:
     if os.environ.get("RAY_ADDRESS"):
         connect()
         return f"joined RAY_ADDRESS={os.environ['RAY_ADDRESS']}"
-    # address="local": a Ray of our own, never the last cluster someone `ray start`ed here.
-    ray.init(address="local", num_cpus=LOCAL_CPUS, namespace=NAMESPACE,
-             include_dashboard=False, log_to_driver=False)
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            # address="local": a Ray of our own, never the cluster last `ray start`ed here.
+            ray.init(address="local", num_cpus=LOCAL_CPUS, namespace=NAMESPACE,
+                     include_dashboard=False, log_to_driver=False)
+            break
+        except Exception as exc:  # Ray gives its raylet 30 s: not always enough when loaded
+            ray.shutdown()
+            if attempt == START_ATTEMPTS:
+                raise
+            say(f"starting Ray failed ({exc}); once more")
     return f"local, {LOCAL_CPUS} logical CPUs"
 
 

@@ -49,7 +49,8 @@ class Live:
 
 
 def start_live(sim_factory: Callable[..., SimServer], data_dir: str, *, drivers: int,
-               update_rate: float, seed: int = 3, **sim: Any) -> Live:
+               update_rate: float, seed: int = 3, window: dict | None = None,
+               **sim: Any) -> Live:
     secret = os.environ.setdefault(SECRET_ENV,
                                    "whsec_" + base64.b64encode(os.urandom(24)).decode())
     port = free_port()
@@ -57,7 +58,7 @@ def start_live(sim_factory: Callable[..., SimServer], data_dir: str, *, drivers:
         drivers=drivers, seed=seed, update_rate=update_rate,
         webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers", webhook_secret=secret, **sim,
     ))
-    config = fast_config(server.url)
+    config = fast_config(server.url, **(window or {}))
     system = start_service(config, config_path=None, instance=f"f-{uuid.uuid4().hex[:6]}",
                            data_dir=data_dir, host="127.0.0.1", port=port, poll_interval_s=1.0)
     return Live(server, system, config, data_dir)
