@@ -21,6 +21,8 @@ def ray_session() -> Iterator[None]:
     from driver_review.runtime.names import NAMESPACE
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # A loaded machine can take longer than Ray's default to start the node's agents.
+    os.environ.setdefault("RAY_agent_register_timeout_ms", "180000")
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=4, namespace=NAMESPACE, include_dashboard=False,
                  log_to_driver=False, object_store_memory=512 * 1024 * 1024)
