@@ -26,9 +26,9 @@ def serve_cleanup():
 
 @pytest.mark.timeout(400)
 def test_dropped_pings_are_caught_by_the_poller(sim_factory, tmp_path, serve_cleanup) -> None:
-    live = start_live(sim_factory, str(tmp_path), drivers=200, update_rate=15.0, seed=5,
+    live = start_live(sim_factory, str(tmp_path), drivers=150, update_rate=8.0, seed=5,
                       webhook_drop_rate=0.3)
-    time.sleep(15)  # bounded: fifteen seconds of updates, a third of their pings lost
+    time.sleep(10)  # bounded: ten seconds of updates, a third of their pings lost
     httpx.post(f"{live.sim.url}/_sim/pause", timeout=10)
     ok = wait_until(lambda: converged(live.sim), 180)
     stats = live.stats()
@@ -44,9 +44,9 @@ def test_dropped_pings_are_caught_by_the_poller(sim_factory, tmp_path, serve_cle
 def test_a_burst_beyond_intake_is_refused_retried_and_reviewed(
     sim_factory, tmp_path, serve_cleanup
 ) -> None:
-    live = start_live(sim_factory, str(tmp_path), drivers=150, update_rate=0.0, seed=6,
-                      burst_every_s=4.0, burst_size=150, window={"high_water": 40})
-    time.sleep(10)  # bounded: two or three bursts of 150 pings against room for 40
+    live = start_live(sim_factory, str(tmp_path), drivers=100, update_rate=0.0, seed=6,
+                      burst_every_s=4.0, burst_size=100, window={"high_water": 30})
+    time.sleep(8)  # bounded: a few bursts of 100 pings against room for 30
     httpx.post(f"{live.sim.url}/_sim/pause", timeout=10)
     ok = wait_until(lambda: converged(live.sim), 240)
     stats = live.stats()
