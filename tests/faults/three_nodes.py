@@ -21,6 +21,8 @@ from driver_review.sim import SimServer, SimSettings
 # Orchestrator and governor go where this resource is: both worker nodes have it, the
 # head does not, so removing one of them moves the orchestrator to the other.
 os.environ["DRIVER_REVIEW_HEAD_RESOURCE"] = "orchestration"
+# Three nodes on one loaded machine can take longer than Ray's default to start agents.
+os.environ.setdefault("RAY_agent_register_timeout_ms", "180000")
 
 
 def main() -> dict:
