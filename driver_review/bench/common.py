@@ -54,9 +54,9 @@ class Sizes:
 
 
 QUICK = Sizes(
-    sweep_drivers=200, rate_limit=100.0, live_drivers=1000, ping_rate=5.0,
-    ping_duration_s=15.0, ingress_pings=1500, ingress_concurrency=32, ingress_rounds=1,
-    ledger_sizes=(100_000, 500_000), isolation_drivers=200, slow_delay_s=0.5,
+    sweep_drivers=150, rate_limit=100.0, live_drivers=300, ping_rate=5.0,
+    ping_duration_s=10.0, ingress_pings=1000, ingress_concurrency=32, ingress_rounds=1,
+    ledger_sizes=(100_000, 500_000), isolation_drivers=150, slow_delay_s=0.5,
 )
 FULL = Sizes(
     sweep_drivers=2000, rate_limit=100.0, live_drivers=5000, ping_rate=10.0,

@@ -105,7 +105,7 @@ def run(ctx: Context) -> dict[str, Any]:
                 "to the same sweep without the slow stage",
         "settings": {"drivers": ctx.sizes.isolation_drivers, "in_flight_per_stage": IN_FLIGHT,
                      "slow_stage": SLOW_STAGE, "slow_check_delay_s": delay_s,
-                     "latency_ms": SWEEP_LATENCY_MS, "rate_limit": None},
+                     "latency_ms": SWEEP_LATENCY_MS, "rate_limit": "none"},
         "fast": fast,
         "slow": slow_run,
         "throughput_ratio": ratios,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
 import time
 from collections import Counter
 from typing import Any
@@ -90,13 +91,15 @@ def _run_naive(url: str, deadline: float) -> dict[str, Any]:
 
 
 def _run_ray_data(url: str, deadline: float) -> dict[str, Any]:
-    from ray.data import DataContext
+    from ray.data import ActorPoolStrategy, DataContext
 
     DataContext.get_current().enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
     ids = _in_review(url)
     ds = ray.data.from_items([{"driver_id": d} for d in ids]).map_batches(
-        _Reviewer, fn_constructor_args=(url, deadline), concurrency=RAY_DATA_CONCURRENCY,
-        batch_size=RAY_DATA_BATCH, num_cpus=RAY_DATA_CPUS, batch_format="numpy",
+        _Reviewer, fn_constructor_args=(url, deadline),
+        compute=ActorPoolStrategy(size=RAY_DATA_CONCURRENCY), batch_size=RAY_DATA_BATCH,
+        num_cpus=RAY_DATA_CPUS, batch_format="numpy",
     )
     rows = ds.take_all()
     return {"in_review_listed": len(ids),

@@ -245,13 +245,14 @@ def _node_args(*, num_cpus: int, object_store_memory: int,
 def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
              object_store_memory: int = 256 * 1024 * 1024,
              resources: dict[str, float] | None = None,
-             system_config: dict[str, Any] | None = None,
+             object_spilling_directory: str | None = None,
              env: dict[str, str] | None = None) -> Iterator[Cluster]:
     """Start a head node with the dashboard on loopback; yield it; tear it down.
 
-    ``resources``: custom resources of the head (``--resources``); ``system_config``:
-    Ray's ``--system-config`` (e.g. ``object_spilling_config``); ``env``: extra variables
-    for the node's processes, which every job's entrypoint inherits."""
+    ``resources``: custom resources of the head (``--resources``);
+    ``object_spilling_directory``: where every node spills (worker nodes take the head's);
+    ``env``: extra variables for the node's processes, which every job's entrypoint
+    inherits."""
     # Unix socket paths are limited to ~107 bytes and Ray nests session_<date>_<pid>/sockets/
     # under the temp dir, so keep it short (pytest's tmp_path is too long).
     temp_dir = tempfile.mkdtemp(prefix="drray-", dir="/tmp")
@@ -279,8 +280,8 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
                     resources=resources),
         f"--temp-dir={temp_dir}",
     ]
-    if system_config:
-        cmd.append(f"--system-config={json.dumps(system_config)}")
+    if object_spilling_directory:
+        cmd.append(f"--object-spilling-directory={object_spilling_directory}")
     env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, **(env or {}))
     # cwd: a job submitted without --working-dir runs its entrypoint in the head's cwd, so
     # ``python -m jobs.sweep`` finds the repo's ``jobs`` package as it would for a user who
@@ -349,6 +350,7 @@ def ray_worker(cluster: Cluster, *, num_cpus: int = 2, ready_timeout_s: float = 
         # (ray.cluster_utils does the same); a second would send every line twice.
         "--include-log-monitor=false",
     ]
+    cluster.head_node_id()  # the head is listed first, so it is never taken for the new node
     known = {node["node_id"] for node in cluster.alive_nodes()}
     env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=cluster.token, **(env or {}))
     with open(log_path, "wb") as log:
