@@ -149,6 +149,7 @@ class OrchestratorService:
         return {
             **self.core.stats(), "memory": process_memory(), "restored_from": self.restored_from,
             "started_at": self.started_at, "snapshots_written": self.snapshots_written,
+            "node_id": ray.get_runtime_context().get_node_id(),
         }
 
     async def backlog_depths(self) -> dict[str, int]:

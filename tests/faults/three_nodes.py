@@ -45,9 +45,9 @@ def main() -> dict:
                               poll_interval_s=1.0)
         time.sleep(8)  # mid-run: bootstrap done, changes flowing
         orch = system.orchestrator.call_sync("stats")
-        orch_node = _node_of(system.orchestrator.name)
-        victim = next(n for n in nodes if n.unique_id == orch_node)
-        workers_there = _workers_on(victim.unique_id)
+        orch_node = orch["node_id"]
+        victim = next(n for n in nodes if n.node_id == orch_node)
+        workers_there = _workers_on(system, orch_node)
         removed_at = time.monotonic()
         cluster.remove_node(victim, allow_graceful=False)
         while True:  # the orchestrator comes back on the other node
@@ -59,7 +59,7 @@ def main() -> dict:
                 pass
             time.sleep(0.1)
         resumed_s = time.monotonic() - removed_at
-        new_node = _node_of(system.orchestrator.name)
+        new_node = again["node_id"]
         time.sleep(5)
         import httpx
 
@@ -83,18 +83,14 @@ def main() -> dict:
     }
 
 
-def _node_of(name: str) -> str:
-    from ray.util.state import list_actors
-
-    actors = list_actors(filters=[("name", "=", name), ("state", "=", "ALIVE")])
-    return actors[0].node_id if actors else ""
-
-
-def _workers_on(node_id: str) -> int:
-    from ray.util.state import list_actors
-
-    return len(list_actors(filters=[("class_name", "=", "StageWorker"), ("state", "=", "ALIVE"),
-                                    ("node_id", "=", node_id)]))
+def _workers_on(system, node_id: str) -> int:
+    """Stage workers alive on a node, as their pools report them."""
+    return sum(
+        1
+        for pool in system.pools.values()
+        for stats in pool.call_sync("stats")["worker_stats"].values()
+        if stats["node_id"] == node_id
+    )
 
 
 if __name__ == "__main__":
