@@ -32,7 +32,7 @@ NEEDS_RAY = frozenset(SCENARIOS) - {"ledger"}
 #: Logical CPUs of the local Ray the benchmark starts (as the test suite: the actors ask
 #: for none, so 4 on 2 cores only lets a few CPU-reserving tasks run side by side).
 LOCAL_CPUS = 4
-START_ATTEMPTS = 2
+START_ATTEMPTS = 3
 
 
 def parse_only(only: str | Sequence[str] | None) -> list[str]:

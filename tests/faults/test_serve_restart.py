@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
 import os
 import shutil
 import signal
@@ -19,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from tests.faults.s3 import S3Server, moto_server
 from tests.integration.cluster import REPO, clean_env
 
 VENV_BIN = Path(sys.executable).parent
-STARTUP_TIMEOUT_S = 240.0
+STARTUP_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 90.0
 GONE_TIMEOUT_S = 30.0
 
@@ -153,6 +154,28 @@ def _wait_serving(service: Service, timeout_s: float = STARTUP_TIMEOUT_S) -> dic
     raise AssertionError(f"serve not answering after {timeout_s}s:\n{service.log_tail()}")
 
 
+#: Ray's own start-up giving up on a machine too loaded to start it in time (its raylet
+#: wait is a fixed 30 s; Serve's proxy wait 60 s). The service never ran: starting it
+#: again is what a supervisor would do, and hides nothing this test is about.
+_RAY_STARTUP_FAILURES = ("The current node timed out during startup", "proxy_ready_refs")
+
+
+def _start_serving(launch: Callable[[], Service], attempts: int = 3) -> tuple[Service, dict, int]:
+    """``(service, first status, launches retried)``."""
+    for attempt in range(1, attempts + 1):
+        service = launch()
+        try:
+            return service, _wait_serving(service), attempt - 1
+        except AssertionError:
+            text = service.log_tail(50_000)
+            if (attempt == attempts or service.proc.poll() is None
+                    or not any(s in text for s in _RAY_STARTUP_FAILURES)):
+                raise
+            print(f"serve launch {attempt}: Ray did not start in time; launching again")
+            service.reap()
+    raise AssertionError("unreachable")
+
+
 # -- fixtures ----------------------------------------------------------------------------
 
 
@@ -198,7 +221,7 @@ def _sim_stats(sim: SimServer) -> dict:
     return httpx.get(f"{sim.url}/_sim/stats", timeout=30).json()
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1200)
 def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, target,
                                                       services) -> None:
     secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
@@ -210,18 +233,19 @@ def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, tar
     ))
     config = _config_file(tmp_path, sim.url)
     env = clean_env(**{SECRET_ENV: secret}, **target.env)
-    log_path = tmp_path / "serve.log"
+    launches = itertools.count(1)
 
-    def start() -> Service:
+    def launch() -> Service:
         service = _start_service(catalog_url=sim.url, data_dir=target.service_dir, port=port,
-                                 instance=instance, config=config, env=env, log_path=log_path)
+                                 instance=instance, config=config, env=env,
+                                 log_path=tmp_path / f"serve-{next(launches)}.log")
         services.append(service)
         return service
 
     # -- first run: bootstrap, a few windows of pings and polls, snapshots ----------------
-    first = start()
-    _wait_serving(first)
-    startup_s = time.monotonic() - first.started
+    started = time.monotonic()
+    first, _, retried_first = _start_serving(launch)
+    startup_s = time.monotonic() - started
     assert wait_until(lambda: (first.status() or {}).get("watermark", 0) > 0, 90), \
         first.log_tail()
     store = SnapshotStore(target.reader_dir, instance)
@@ -242,12 +266,12 @@ def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, tar
     assert snap is not None
     decisions_at_kill = _sim_stats(sim)["decisions"]
     full_before = _sim_stats(sim)["listing_scans"].get("full", 0)
-    assert full_before == 1
+    # The bootstrap; a second only if a first launch died before its bootstrap snapshot.
+    assert full_before == 1 or (retried_first and full_before == 2)
 
     # -- second run: same data dir and instance ----------------------------------------
-    second = start()
     restarted = time.monotonic()
-    resumed = _wait_serving(second)
+    second, resumed, retried_second = _start_serving(launch)
     serving_s = time.monotonic() - killed
     assert wait_until(lambda: _sim_stats(sim)["decisions"] > decisions_at_kill, 120,
                       every_s=0.1), second.log_tail()
@@ -255,6 +279,7 @@ def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, tar
     # The watermark comes back from the snapshot (never 0, which would mean a bootstrap)
     # and moves on from there.
     assert resumed["watermark"] >= snap.watermark > 0
+    assert (resumed.get("ledger") or {}).get("drivers", 0) >= snap.table.num_rows
     assert wait_until(lambda: (second.status() or {}).get("watermark", 0)
                       >= before["watermark"], 60), (before["watermark"], second.status())
     after = second.status() or {}
@@ -286,10 +311,11 @@ def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, tar
           f"watermark resumed at {resumed['watermark']:.3f} -> {after.get('watermark', 0):.3f};"
           f" converged {done}/{total}; listings {stats['listing_scans']}; decisions "
           f"{stats['decisions']} ({stats['duplicate_decisions']} duplicates); SIGINT stop "
-          f"{stop_s:.1f}s exit {code}")
+          f"{stop_s:.1f}s exit {code}; launches retried {retried_first}+{retried_second}")
     assert ok, (f"only {done}/{total} drivers reached their true state; status "
                 f"{second_status}; catalog requests {stats['requests']}")
-    assert stats["listing_scans"]["full"] == 1, "the restart listed the whole catalog again"
+    assert stats["listing_scans"]["full"] == full_before, \
+        "the restart listed the whole catalog again"
     assert code == 0, f"serve exited with {code} after SIGINT:\n{second.log_tail()}"
     assert not left, f"still running after a clean stop: {left}"
     assert final is not None and final.seq / 1e9 >= sigint_at  # the clean stop's snapshot

@@ -40,6 +40,10 @@ VENV_BIN = Path(sys.executable).parent
 RAY = str(VENV_BIN / "ray")
 HOST = "127.0.0.1"
 WORKER_PORTS = 200
+# `ray start` gives a node's raylet a fixed 30 s to register with the GCS and exits when
+# it does not; on a machine loaded far beyond its cores that happens now and then, so a
+# node that exits while starting is started again (with fresh ports), once.
+START_ATTEMPTS = 2
 # Outside Ray's default worker range (10002-19999) and below the ephemeral range.
 _WORKER_RANGE = (20000, 32000)
 
@@ -105,22 +109,36 @@ class Cluster:
         return httpx.get(f"{self.dashboard_url}{path}", timeout=timeout_s, params=params,
                          headers={"Authorization": f"Bearer {self.token}"})
 
-    def state(self, kind: str, *filters: tuple[str, str], timeout_s: float = 30.0
-              ) -> list[dict[str, Any]]:
+    def state(self, kind: str, *filters: tuple[str, str], timeout_s: float = 30.0,
+              retry_s: float = 60.0) -> list[dict[str, Any]]:
         """Rows of Ray's state API (what ``ray list <kind> --detail`` shows), e.g.
-        ``state("actors", ("class_name", "StageWorker"))``; filters are equalities."""
+        ``state("actors", ("class_name", "StageWorker"))``; filters are equalities.
+
+        A loaded head's dashboard now and then drops a connection or answers 5xx while
+        its state module (re)starts: that is retried for ``retry_s``; a 4xx is not."""
         params: dict[str, Any] = {"limit": 10_000, "detail": "true",
                                   "timeout": int(timeout_s)}
         if filters:
             params.update(filter_keys=[k for k, _ in filters],
                           filter_predicates=["="] * len(filters),
                           filter_values=[v for _, v in filters])
-        r = self.get(f"/api/v0/{kind}", timeout_s=timeout_s + 5, **params)
-        r.raise_for_status()
-        body = r.json()
-        if not body.get("result"):
-            raise RuntimeError(f"state API /api/v0/{kind}: {body.get('msg')}")
-        return body["data"]["result"]["result"]
+        deadline = time.monotonic() + retry_s
+        while True:
+            try:
+                r = self.get(f"/api/v0/{kind}", timeout_s=timeout_s + 5, **params)
+            except httpx.TransportError as exc:
+                last: object = exc
+            else:
+                if r.status_code < 500:
+                    r.raise_for_status()
+                    body = r.json()
+                    if not body.get("result"):
+                        raise RuntimeError(f"state API /api/v0/{kind}: {body.get('msg')}")
+                    return body["data"]["result"]["result"]
+                last = f"HTTP {r.status_code}: {r.text[:200]}"
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"state API /api/v0/{kind}: {last!r}\n{self.log_tail()}")
+            time.sleep(1.0)
 
     def alive_nodes(self) -> list[dict[str, Any]]:
         return [n for n in self.state("nodes") if n["state"] == "ALIVE"]
@@ -134,7 +152,7 @@ class Cluster:
             if heads:
                 return heads[0]
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no ALIVE head node listed after {timeout_s}s")
+                raise TimeoutError(f"no ALIVE head node after {timeout_s}s\n{self.log_tail()}")
             time.sleep(0.5)
 
     def client_env(self, **extra: str) -> dict[str, str]:
@@ -147,14 +165,22 @@ class Cluster:
         return ""
 
 
+class StartupExited(RuntimeError):
+    """``ray start`` exited before its node was up."""
+
+
+def _exited(proc: subprocess.Popen, log_path: Path) -> StartupExited:
+    return StartupExited(f"ray start exited with {proc.returncode}:\n"
+                         f"{log_path.read_text(errors='replace')[-4000:]}")
+
+
 def _wait_ready(url: str, token: str, proc: subprocess.Popen, log_path: Path,
                 timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     last: object = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"ray start exited with {proc.returncode}:\n"
-                               f"{log_path.read_text(errors='replace')[-4000:]}")
+            raise _exited(proc, log_path)
         try:
             r = httpx.get(f"{url}/api/version", timeout=2,
                           headers={"Authorization": f"Bearer {token}"})
@@ -261,7 +287,42 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
     # So be explicit: token auth with a token of this cluster's own, given to the head and
     # to every client through the environment (never read from or written to ~/.ray).
     token = secrets.token_hex(32)
-    log_path = Path(temp_dir) / "ray-start.log"
+    try:
+        for attempt in range(1, START_ATTEMPTS + 1):
+            cluster = _start_head(temp_dir, token, attempt, num_cpus=num_cpus,
+                                  object_store_memory=object_store_memory,
+                                  resources=resources, env=env,
+                                  object_spilling_directory=object_spilling_directory)
+            try:
+                _wait_ready(cluster.dashboard_url, token, cluster.proc, cluster.log_path,
+                            ready_timeout_s)
+                # The dashboard answers before the head's raylet has registered: wait for
+                # that too, since that is where a loaded machine makes `ray start` give up.
+                _wait_node(cluster, cluster.proc, cluster.log_path, ready_timeout_s, head=True)
+            except StartupExited as exc:
+                _stop(cluster.proc)
+                if attempt == START_ATTEMPTS:
+                    raise
+                print(f"head node exited while starting; starting it again: {exc}",
+                      file=sys.stderr)
+                continue
+            except BaseException:
+                _stop(cluster.proc)
+                raise
+            break
+        try:
+            yield cluster
+        finally:
+            _stop(cluster.proc)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _start_head(temp_dir: str, token: str, attempt: int, *, num_cpus: int,
+                object_store_memory: int, resources: dict[str, float] | None,
+                object_spilling_directory: str | None,
+                env: dict[str, str] | None) -> Cluster:
+    log_path = Path(temp_dir) / ("ray-start.log" if attempt == 1 else f"ray-start-{attempt}.log")
     (gcs, dash, agent_http, agent_grpc, client, metrics, runtime_env, node_mgr,
      obj_mgr) = free_ports(9)
     taken = {gcs, dash, agent_http, agent_grpc, client, metrics, runtime_env, node_mgr, obj_mgr}
@@ -282,44 +343,37 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
     ]
     if object_spilling_directory:
         cmd.append(f"--object-spilling-directory={object_spilling_directory}")
-    env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, **(env or {}))
     # cwd: a job submitted without --working-dir runs its entrypoint in the head's cwd, so
     # ``python -m jobs.sweep`` finds the repo's ``jobs`` package as it would for a user who
     # ran ``ray start --head`` in a checkout.
-    try:
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-        cluster = Cluster(f"{HOST}:{gcs}", f"http://{HOST}:{dash}", temp_dir, log_path, proc,
-                          token, ports=taken | set(range(wlo, whi + 1)))
-        try:
-            _wait_ready(cluster.dashboard_url, token, proc, log_path, ready_timeout_s)
-            yield cluster
-        finally:
-            _stop(proc)
-    finally:
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                env=clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token,
+                                              **(env or {})),
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    return Cluster(f"{HOST}:{gcs}", f"http://{HOST}:{dash}", temp_dir, log_path, proc,
+                   token, ports=taken | set(range(wlo, whi + 1)))
 
 
-def _wait_new_node(cluster: Cluster, known: set[str], proc: subprocess.Popen, log_path: Path,
-                   timeout_s: float) -> str:
-    """The id of the node that joined ``cluster`` beyond ``known``, once it is ALIVE."""
+def _wait_node(cluster: Cluster, proc: subprocess.Popen, log_path: Path, timeout_s: float,
+               *, head: bool = False, known: frozenset[str] = frozenset()) -> str:
+    """The id of the ALIVE head (``head``) or of the first ALIVE node not in ``known``,
+    once there is one; raises :class:`StartupExited` as soon as ``proc`` (its
+    ``ray start``) has exited."""
     deadline = time.monotonic() + timeout_s
-    last: object = None
+    last: object = "not listed yet"
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"ray start --address exited with {proc.returncode}:\n"
-                               f"{log_path.read_text(errors='replace')[-4000:]}")
+            raise _exited(proc, log_path)
         try:
-            new = [n["node_id"] for n in cluster.alive_nodes() if n["node_id"] not in known]
-            if new:
-                return new[0]
-            last = "not joined yet"
-        except (httpx.HTTPError, RuntimeError) as exc:
+            for node in cluster.state("nodes", retry_s=0):
+                if node["state"] == "ALIVE" and (node["is_head_node"] if head
+                                                 else node["node_id"] not in known):
+                    return node["node_id"]
+        except (httpx.HTTPError, RuntimeError) as exc:  # the state API is starting too
             last = exc
         time.sleep(0.5)
-    raise TimeoutError(f"worker node not ALIVE after {timeout_s}s (last: {last!r}):\n"
+    raise TimeoutError(f"node not ALIVE after {timeout_s}s (last: {last!r}):\n"
                        f"{log_path.read_text(errors='replace')[-4000:]}")
 
 
@@ -330,6 +384,33 @@ def ray_worker(cluster: Cluster, *, num_cpus: int = 2, ready_timeout_s: float = 
                env: dict[str, str] | None = None) -> Iterator[WorkerNode]:
     """Add a node to ``cluster`` on this machine (``ray start --address <gcs> --block``);
     yield it once the GCS lists it ALIVE; tear it down (before the head)."""
+    cluster.head_node_id()  # the head is listed first, so it is never taken for the new node
+    for attempt in range(1, START_ATTEMPTS + 1):
+        known = frozenset(node["node_id"] for node in cluster.alive_nodes())
+        proc, log_path = _start_worker(cluster, num_cpus=num_cpus, resources=resources,
+                                       object_store_memory=object_store_memory, env=env)
+        try:
+            node_id = _wait_node(cluster, proc, log_path, ready_timeout_s, known=known)
+        except StartupExited as exc:
+            _stop(proc)
+            if attempt == START_ATTEMPTS:
+                raise
+            print(f"worker node exited while starting; starting it again: {exc}",
+                  file=sys.stderr)
+            continue
+        except BaseException:
+            _stop(proc)
+            raise
+        break
+    try:
+        yield WorkerNode(node_id, log_path, proc)
+    finally:
+        _stop(proc)
+
+
+def _start_worker(cluster: Cluster, *, num_cpus: int, object_store_memory: int,
+                  resources: dict[str, float] | None,
+                  env: dict[str, str] | None) -> tuple[subprocess.Popen, Path]:
     n = len(list(Path(cluster.temp_dir).glob("ray-worker-*.log")))
     log_path = Path(cluster.temp_dir) / f"ray-worker-{n}.log"
     node_mgr, obj_mgr, metrics, agent_http, agent_grpc, runtime_env = free_ports(6)
@@ -350,15 +431,10 @@ def ray_worker(cluster: Cluster, *, num_cpus: int = 2, ready_timeout_s: float = 
         # (ray.cluster_utils does the same); a second would send every line twice.
         "--include-log-monitor=false",
     ]
-    cluster.head_node_id()  # the head is listed first, so it is never taken for the new node
-    known = {node["node_id"] for node in cluster.alive_nodes()}
-    env = clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=cluster.token, **(env or {}))
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
     cluster.ports |= taken | set(range(wlo, whi + 1))
-    try:
-        node_id = _wait_new_node(cluster, known, proc, log_path, ready_timeout_s)
-        yield WorkerNode(node_id, log_path, proc)
-    finally:
-        _stop(proc)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                env=clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=cluster.token,
+                                              **(env or {})),
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    return proc, log_path
