@@ -73,7 +73,7 @@ def _timeline(ax: Any, sc: dict) -> None:
     for name, run in series.items():
         ax.plot(run["useful_calls_per_second_series"], label=name, linewidth=1)
     ax.axhline(sc["utilization"]["settings"]["rate_limit_per_s"], color="grey", linestyle="--")
-    ax.set_title("useful catalog calls per second (from first call)", fontsize=10)
+    ax.set_title("useful catalog calls per second (from the first review call)", fontsize=10)
     ax.set_xlabel("s")
     ax.legend(fontsize=8)
 

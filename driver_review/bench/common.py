@@ -31,6 +31,7 @@ UNITS = {
 }
 
 SEED = 7
+LISTING_ROUTE = "GET /v1/drivers"
 #: Mean latency of every simulated catalog answer in the sweeps (a real vendor is not 0 ms away).
 SWEEP_LATENCY_MS = 10.0
 
@@ -59,9 +60,9 @@ QUICK = Sizes(
     ledger_sizes=(100_000, 500_000), isolation_drivers=150, slow_delay_s=0.5,
 )
 FULL = Sizes(
-    sweep_drivers=2000, rate_limit=100.0, live_drivers=5000, ping_rate=10.0,
-    ping_duration_s=60.0, ingress_pings=5000, ingress_concurrency=64, ingress_rounds=2,
-    ledger_sizes=(1_000_000, 5_000_000), isolation_drivers=600, slow_delay_s=0.5,
+    sweep_drivers=1000, rate_limit=100.0, live_drivers=2000, ping_rate=10.0,
+    ping_duration_s=45.0, ingress_pings=3000, ingress_concurrency=64, ingress_rounds=2,
+    ledger_sizes=(1_000_000, 5_000_000), isolation_drivers=400, slow_delay_s=0.5,
 )
 
 
@@ -107,6 +108,7 @@ class CallLog:
     def __init__(self) -> None:
         self.times: list[float] = []
         self.statuses: list[str] = []
+        self.first_review: float | None = None  # first call that is not the listing
 
     @classmethod
     def install(cls, sim: SimServer) -> CallLog:
@@ -115,34 +117,31 @@ class CallLog:
         count = stats.count_request
 
         def counted(route: str, status: str) -> None:
-            log.times.append(time.monotonic())
+            now = time.monotonic()
+            log.times.append(now)
             log.statuses.append(status)
+            if log.first_review is None and route != LISTING_ROUTE:
+                log.first_review = now
             count(route, status)
 
         stats.count_request = counted  # type: ignore[method-assign]
         return log
 
-    @property
-    def first(self) -> float | None:
-        return self.times[0] if self.times else None
-
-    @property
-    def last(self) -> float | None:
-        return self.times[-1] if self.times else None
-
     def active_s(self) -> float | None:
-        if len(self.times) < 2:
+        """From the first review call (after the listing, which every approach makes
+        first and the same way) to the last call."""
+        if len(self.times) < 2 or self.first_review is None:
             return None
-        return self.times[-1] - self.times[0]
+        return self.times[-1] - self.first_review
 
     def per_second(self, *, useful: bool = True) -> list[int]:
-        """Calls answered in each second since the first (useful: not 429)."""
-        if not self.times:
+        """Calls answered in each second since the first review call (useful: not 429)."""
+        if self.first_review is None:
             return []
-        start = self.times[0]
+        start = self.first_review
         counts: Counter[int] = Counter()
         for t, status in zip(self.times, self.statuses, strict=True):
-            if not useful or status != "429":
+            if t >= start and (not useful or status != "429"):
                 counts[int(t - start)] += 1
         return [counts[i] for i in range(max(counts, default=-1) + 1)]
 

@@ -144,7 +144,7 @@ def _measure_peer(ctx: Context, name: str, bound_s: float) -> dict[str, Any]:
         "decisions": stats["decisions"],
         **counts,
         "active_s": active_s if finished else None,
-        "startup_s": (log.first - started) if log.first is not None else None,
+        "startup_s": (log.first_review - started) if log.first_review is not None else None,
         "total_s": total_s,
         "rate_limited_share": ratio(counts["rate_limited_calls"], counts["calls"]),
         "calls_per_decision_ratio": ratio(counts["calls"], stats["decisions"]),
