@@ -273,10 +273,13 @@ class OrchestratorCore:
         if lease is None:
             self.counters.late_reports += 1
         ledger = self.ledger
+        idle: list[int] = []
         for out in outcomes:
             if out.driver_id not in ledger:
                 continue
             row = ledger.row(out.driver_id)
+            if lease is None and ledger.work_of(row) == Work.IDLE:
+                idle.append(row)
             stage = self.stage_index(out.stage)
             # NONE: nothing was decided (the catalog had moved on); ``after`` says where to.
             # CONFIRMED: a re-sweep found the recorded final state still true (only its time).
@@ -298,6 +301,11 @@ class OrchestratorCore:
             ledger.set_work(lease.rows, Work.IDLE)
             self._enqueue([int(r) for r in lease.rows if ledger.errors_of(int(r)) == 0],
                           Lane.FRESH, now)
+        elif idle:
+            # A late report can decide a row that sits idle meanwhile: one whose retried
+            # review errored and now waits for ``retry_at``. The approval clears that retry,
+            # so follow the row to its next stage here, or nothing ever would.
+            self._enqueue([r for r in idle if ledger.errors_of(r) == 0], Lane.FRESH, now)
 
     def expire_leases(self) -> int:
         now = self.clock()

@@ -172,6 +172,8 @@ def run_bench(*, quick: bool, out_dir: str, only: str | Sequence[str] | None = N
                 ctx.results[part] = figures
                 doc["scenarios"][part] = figures
             say(f"{name} done in {elapsed:.0f}s")
+            # What is known so far survives a run stopped midway (the full run is long).
+            (out / "bench.partial.json").write_text(json.dumps(rounded(doc), indent=1))
     finally:
         _disconnect(started_ray)
         shutil.rmtree(work, ignore_errors=True)
@@ -181,6 +183,7 @@ def run_bench(*, quick: bool, out_dir: str, only: str | Sequence[str] | None = N
     doc["summary"] = _summary(doc["scenarios"])
     doc = rounded(doc)
     (out / "bench.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / "bench.partial.json").unlink(missing_ok=True)
     note = chart.draw(doc, out / "bench.png")
     _print_summary(doc, out, note)
     return 1 if doc["summary"]["errors"] else 0

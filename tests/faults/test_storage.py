@@ -222,7 +222,7 @@ def test_orchestrator_recovers_from_a_snapshot_on_s3(sim_factory, s3_dir, serve_
         assert wait_until(back, 60, every_s=0.05), "the orchestrator did not come back"
         resume_s.append(time.monotonic() - killed)
         restored.append(live.system.orchestrator.call_sync("stats")["restored_from"])
-    httpx.post(f"{live.sim.url}/_sim/pause", timeout=10)
+    httpx.post(f"{live.sim.url}/_sim/pause", timeout=60)
     ok = wait_until(lambda: converged(live.sim), 240)
     stats = live.stats()
     wrong = [] if ok else diverged(live.sim, live.system.orchestrator)

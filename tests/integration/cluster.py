@@ -42,7 +42,8 @@ HOST = "127.0.0.1"
 WORKER_PORTS = 200
 # `ray start` gives a node's raylet a fixed 30 s to register with the GCS and exits when
 # it does not; on a machine loaded far beyond its cores that happens now and then, so a
-# node that exits while starting is started again (with fresh ports), once.
+# node that exits while starting is started again (with fresh ports), once. (The
+# dashboard's own start deadline, 60 s by default, can be set: see _start_head.)
 START_ATTEMPTS = 2
 # Outside Ray's default worker range (10002-19999) and below the ephemeral range.
 _WORKER_RANGE = (20000, 32000)
@@ -292,7 +293,8 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
             cluster = _start_head(temp_dir, token, attempt, num_cpus=num_cpus,
                                   object_store_memory=object_store_memory,
                                   resources=resources, env=env,
-                                  object_spilling_directory=object_spilling_directory)
+                                  object_spilling_directory=object_spilling_directory,
+                                  dashboard_timeout_s=ready_timeout_s)
             try:
                 _wait_ready(cluster.dashboard_url, token, cluster.proc, cluster.log_path,
                             ready_timeout_s)
@@ -320,8 +322,8 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
 
 def _start_head(temp_dir: str, token: str, attempt: int, *, num_cpus: int,
                 object_store_memory: int, resources: dict[str, float] | None,
-                object_spilling_directory: str | None,
-                env: dict[str, str] | None) -> Cluster:
+                object_spilling_directory: str | None, env: dict[str, str] | None,
+                dashboard_timeout_s: float) -> Cluster:
     log_path = Path(temp_dir) / ("ray-start.log" if attempt == 1 else f"ray-start-{attempt}.log")
     (gcs, dash, agent_http, agent_grpc, client, metrics, runtime_env, node_mgr,
      obj_mgr) = free_ports(9)
@@ -349,6 +351,8 @@ def _start_head(temp_dir: str, token: str, attempt: int, *, num_cpus: int,
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                 env=clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token,
+                                              RAY_DASHBOARD_STARTUP_TIMEOUT_S=str(
+                                                  int(dashboard_timeout_s)),
                                               **(env or {})),
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     return Cluster(f"{HOST}:{gcs}", f"http://{HOST}:{dash}", temp_dir, log_path, proc,
