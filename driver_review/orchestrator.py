@@ -18,7 +18,8 @@ Flow of one driver::
 * **Backpressure**: above ``high_water`` queued items, intake raises ``IntakeFull`` and
   accepts nothing of that call, so the caller keeps (and retries) what it holds.
 * **Leases**: work handed out expires after ``lease_s``; its rows go back to the head of
-  their lane. A late report from an expired lease is still applied when it is news.
+  their lane. A late report from an expired lease (or from before a restart) is still
+  applied when it is news, and follows a row it decides to its next stage.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -133,7 +135,9 @@ class OrchestratorCore:
             for s in self.stages
         }
         self._leases: dict[int, _LeaseState] = {}
-        self._lease_ids = itertools.count(1)
+        # Lease ids are unique across restarts: a worker may still hold (and report or
+        # extend) a lease of the previous incarnation, which must not name a new one.
+        self._lease_ids = itertools.count(secrets.randbits(48) << 12)
         self._bucket = _Bucket(self._bucket_start(clock()))
         self._history: deque[_Bucket] = deque(maxlen=WINDOW_HISTORY)
         self.counters = _Counters()

@@ -76,3 +76,13 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, every_s: float =
 def converged(sim: SimServer) -> bool:
     done, total = sim.state.converged()
     return done == total
+
+
+def diverged(sim: SimServer, orchestrator: Any, limit: int = 5) -> list[dict]:
+    """Drivers whose catalog state differs from the truth, with their ledger entries: what
+    a failing convergence assertion shows."""
+    truth, now = sim.state.truth(), sim.state.current()
+    keys = ("version", "status", "stage")
+    wrong = [d for d, t in truth.items() if any(now[d][k] != t[k] for k in keys)]
+    return [{"id": d, "truth": truth[d], "catalog": now[d],
+             "ledger": orchestrator.call_sync("driver", d)} for d in wrong[:limit]]

@@ -16,7 +16,7 @@ from driver_review.results import read_results
 from driver_review.runtime.names import NAMESPACE
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions, run_sweep
-from tests.faults.helpers import converged, start_live, wait_until
+from tests.faults.helpers import converged, diverged, start_live, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
@@ -54,12 +54,13 @@ def test_random_worker_cache_and_governor_kills_lose_nothing(
     httpx.post(f"{live.sim.url}/_sim/pause", timeout=10)
     ok = wait_until(lambda: converged(live.sim), 240)
     stats = live.stats()
+    wrong = [] if ok else diverged(live.sim, live.system.orchestrator)
     live.stop()
     done, total = live.sim.state.converged()
     dup = stats["duplicate_decisions"] / max(stats["decisions"], 1)
     print(f"killed {len(killed)}: {sorted(set(killed))} ({killed.count('worker')} workers); "
           f"converged {done}/{total}; duplicates {dup:.2%} of {stats['decisions']}")
-    assert ok, f"only {done}/{total} drivers reached their true state"
+    assert ok, f"only {done}/{total} drivers reached their true state: {wrong}"
     assert {"cache", "governor", "worker"} & set(killed)
     assert dup < 0.05
 

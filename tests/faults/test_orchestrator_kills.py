@@ -11,7 +11,7 @@ import ray
 from ray import serve
 
 from driver_review.runtime.names import NAMESPACE
-from tests.faults.helpers import converged, start_live, wait_until
+from tests.faults.helpers import converged, diverged, start_live, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
@@ -50,6 +50,7 @@ def test_ten_orchestrator_kills_lose_nothing(sim_factory, tmp_path, serve_cleanu
     ok = wait_until(lambda: converged(live.sim), 240)
     stats = live.stats()
     final = live.system.orchestrator.call_sync("stats")
+    wrong = [] if ok else diverged(live.sim, live.system.orchestrator)
     live.stop()
     done, total = live.sim.state.converged()
     dup_share = stats["duplicate_decisions"] / max(stats["decisions"], 1)
@@ -59,7 +60,7 @@ def test_ten_orchestrator_kills_lose_nothing(sim_factory, tmp_path, serve_cleanu
           f"{resume_s[-1]:.2f}s; converged {done}/{total}; duplicates {dup_share:.2%} of "
           f"{stats['decisions']}; listings {stats['listing_scans']}; "
           f"restored from {final['restored_from']}")
-    assert ok, f"only {done}/{total} drivers reached their true state"
+    assert ok, f"only {done}/{total} drivers reached their true state: {wrong}"
     assert stats["changes_generated"] >= 2000
     assert dup_share < 0.05
     assert stats["listing_scans"]["full"] == 1  # the bootstrap; restarts poll changes since

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import numpy as np
@@ -23,7 +22,7 @@ from driver_review.runtime.names import NAMESPACE
 from driver_review.sim import SimSettings
 from driver_review.snapshot import SnapshotStore
 from driver_review.sweep import SweepOptions, run_sweep
-from tests.faults.helpers import converged, fast_config, start_live, wait_until
+from tests.faults.helpers import converged, diverged, fast_config, start_live, wait_until
 from tests.faults.s3 import S3Server, moto_server
 
 
@@ -63,15 +62,6 @@ def _ledger(n: int) -> Ledger:
         ledger.observe(Change(f"drv-{i}", f"1.{i}", 0, Status.IN_REVIEW, float(i + 1)))
     ledger.decide(0, version="1.0", stage=0, verdict=Verdict.APPROVED, reviewed_at=9.0)
     return ledger
-
-
-def diverged(sim, orchestrator: Any, limit: int = 5) -> list[dict]:
-    """Drivers whose catalog state differs from the truth, with their ledger entries."""
-    truth, now = sim.state.truth(), sim.state.current()
-    keys = ("version", "status", "stage")
-    wrong = [d for d, t in truth.items() if any(now[d][k] != t[k] for k in keys)]
-    return [{"id": d, "truth": truth[d], "catalog": now[d],
-             "ledger": orchestrator.call_sync("driver", d)} for d in wrong[:limit]]
 
 
 # -- the storage layer on s3, without Ray ------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 import ray
 from ray import serve
 
-from tests.faults.helpers import converged, start_live, wait_until
+from tests.faults.helpers import converged, diverged, start_live, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
@@ -32,12 +32,13 @@ def test_dropped_pings_are_caught_by_the_poller(sim_factory, tmp_path, serve_cle
     httpx.post(f"{live.sim.url}/_sim/pause", timeout=10)
     ok = wait_until(lambda: converged(live.sim), 180)
     stats = live.stats()
+    wrong = [] if ok else diverged(live.sim, live.system.orchestrator)
     live.stop()
     done, total = live.sim.state.converged()
     print(f"pings {stats['webhooks']}; {stats['changes_generated']} changes; "
           f"converged {done}/{total}")
     assert stats["webhooks"]["dropped"] > 10
-    assert ok, f"only {done}/{total} drivers reached their true state"
+    assert ok, f"only {done}/{total} drivers reached their true state: {wrong}"
 
 
 @pytest.mark.timeout(400)
@@ -51,13 +52,14 @@ def test_a_burst_beyond_intake_is_refused_retried_and_reviewed(
     ok = wait_until(lambda: converged(live.sim), 240)
     stats = live.stats()
     status = live.system.orchestrator.call_sync("stats")
+    wrong = [] if ok else diverged(live.sim, live.system.orchestrator)
     live.stop()
     done, total = live.sim.state.converged()
     print(f"pings {stats['webhooks']}; intake refused {status['counters']['refused']} events; "
           f"converged {done}/{total}; orchestrator heap {status['memory'].get('heap', 0) >> 20}"
           f" MiB")
     assert status["counters"]["refused"] > 0 or stats["webhooks"]["rate_limited"] > 0
-    assert ok, f"only {done}/{total} drivers reached their true state"
+    assert ok, f"only {done}/{total} drivers reached their true state: {wrong}"
 
 
 @pytest.mark.timeout(300)

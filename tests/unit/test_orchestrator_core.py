@@ -130,6 +130,37 @@ def test_expired_lease_goes_back_to_the_head(clock: Clock) -> None:
     assert core.ledger.is_decided(core.ledger.row("drv-0000"), "1.0.0.1", INTAKE)
 
 
+def test_a_late_approval_of_an_errored_retry_follows_the_driver_on(clock: Clock) -> None:
+    # The first lease expires; the retry errors and waits for its backoff; then the first
+    # reviewer's approval arrives. It clears the retry, so it must move the driver on.
+    core = make_core(clock)
+    core.intake([change(1)])
+    (first,) = core.demand("intake", 10)
+    clock.now += 31
+    core.expire_leases()
+    (second,) = core.demand("intake", 10)
+    core.report(second.lease_id, [ItemResult("drv-0001", "1.0.0.1", "intake", Verdict.ERROR)])
+    after = change(1, stage=SECURITY, t=2.0)
+    core.report(first.lease_id,
+                [ItemResult("drv-0001", "1.0.0.1", "intake", Verdict.APPROVED, after)])
+    assert items(core.demand("security", 10)) == [("drv-0001", "1.0.0.1", "security")]
+
+
+def test_a_lease_from_before_a_restart_names_no_new_lease(clock: Clock) -> None:
+    core = make_core(clock)
+    core.intake([change(i) for i in range(8)])
+    old = core.demand("intake", 4)
+    again = OrchestratorCore(core.config, clock=clock, ledger=Ledger.from_arrow(
+        core.ledger.to_arrow()))
+    new = again.demand("intake", 4)
+    assert {lease.lease_id for lease in old}.isdisjoint(lease.lease_id for lease in new)
+    # The old reviewer's keep-alive and report touch none of the new leases.
+    assert not again.extend(old[0].lease_id)
+    again.report(old[0].lease_id, [])
+    assert again.counters.late_reports == 1
+    assert again.stats()["leases"] == len(new)
+
+
 def test_items_decided_meanwhile_are_dropped_at_handout(clock: Clock) -> None:
     core = make_core(clock)
     core.intake([change(i) for i in range(3)])
@@ -161,9 +192,12 @@ def test_stale_slices_are_spread_and_oldest_first(clock: Clock) -> None:
     clock.now += 200
     assert core.tick()["stale"] == 20
     assert core.backlogs["compatibility"].depth(Lane.STALE) == 20
-    first = items(core.demand("compatibility", 100))
+    leases = core.demand("compatibility", 100)
+    first = items(leases)
     assert len(first) == 20
-    core.report(1, [ItemResult(d, v, s, Verdict.CONFIRMED) for d, v, s in first])
+    for lease in leases:
+        core.report(lease.lease_id, [ItemResult(d, v, s, Verdict.CONFIRMED)
+                                     for d, v, s in items([lease])])
     clock.now += 1
     assert core.tick()["stale"] == 20
     second = {d for d, _, _ in items(core.demand("compatibility", 100))}
