@@ -61,6 +61,9 @@ class _Driver:
     updated_us: int
     released_us: int
     telemetry_calls: int = 0
+    # Versions this driver had before the current one (a version names one package: it is
+    # never issued twice, even when a release goes backwards).
+    earlier: set[str] | None = None
     # (JSON body, strong ETag, record) of the current state; dropped on every change.
     cached: tuple[bytes, str, DriverRecord] | None = None
 
@@ -361,15 +364,22 @@ class CatalogState:
                 self.stats.new_drivers_generated += 1
             else:
                 d = self._drivers[self._ids[rng.randrange(len(self._ids))]]
-                d.generation += 1
-                d.spec = data.make_version(
-                    d.identity,
-                    self.seed,
-                    d.generation,
-                    entry_stage="intake",
-                    previous=d.spec.version,
-                    drivers_hint=len(self._drivers),
-                )
+                if d.earlier is None:
+                    d.earlier = set()
+                previous = d.spec.version
+                d.earlier.add(previous)
+                while True:  # a draw that repeats an earlier version is drawn again
+                    d.generation += 1
+                    d.spec = data.make_version(
+                        d.identity,
+                        self.seed,
+                        d.generation,
+                        entry_stage="intake",
+                        previous=previous,
+                        drivers_hint=len(self._drivers),
+                    )
+                    if d.spec.version not in d.earlier:
+                        break
                 d.status, d.stage, d.released_us = "in_review", "intake", now
                 d.telemetry_calls = 0
             self._touch(d)

@@ -204,6 +204,21 @@ def test_a_new_version_moves_truth_and_outdates_decisions_on_the_old_one() -> No
     assert state.stats.changes_generated == 1
 
 
+def test_a_driver_never_gets_a_version_it_had_before() -> None:
+    # A version names one package: even a release going backwards gets a number of its
+    # own, or (driver, version, stage) would not identify one review. (Seed 1 repeats ten
+    # versions in these 20,000 changes when repeats are not drawn again.)
+    state = make_state(drivers=5, seed=1)
+    seen = {d: {s["version"]} for d, s in state.current().items()}
+    repeats = 0
+    for _ in range(20_000):
+        changed = state.generate_change()
+        versions = seen.setdefault(changed.id, set())
+        repeats += changed.version in versions
+        versions.add(changed.version)
+    assert repeats == 0
+
+
 def test_crash_telemetry_drifts_but_keeps_its_side() -> None:
     state = make_state(drivers=2000, seed=4)
     truth = state.truth()
