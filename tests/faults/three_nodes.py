@@ -5,12 +5,14 @@ Prints one JSON line with what it measured."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
 import tempfile
 import time
 
+import httpx
 import ray
 from ray.cluster_utils import Cluster
 
@@ -50,27 +52,24 @@ def main() -> dict:
         workers_there = _workers_on(system, orch_node)
         removed_at = time.monotonic()
         cluster.remove_node(victim, allow_graceful=False)
-        while True:  # the orchestrator comes back on the other node
+        back_by = removed_at + 120
+        again = orch
+        while again["started_at"] == orch["started_at"]:  # back on the other node
+            if time.monotonic() > back_by:
+                raise SystemExit("the orchestrator did not come back within 120 s")
             try:
                 again = system.orchestrator.call_sync("stats")
-                if again["started_at"] != orch["started_at"]:
-                    break
-            except Exception:
-                pass
-            time.sleep(0.1)
+            except Exception:  # still restarting
+                time.sleep(0.1)
         resumed_s = time.monotonic() - removed_at
         new_node = again["node_id"]
         time.sleep(5)
-        import httpx
-
         httpx.post(f"{sim.url}/_sim/pause", timeout=10)
         deadline = time.monotonic() + 240
         done, total = sim.state.converged()
         while done < total and time.monotonic() < deadline:
             time.sleep(1)
             done, total = sim.state.converged()
-        import asyncio
-
         asyncio.run(stop_system(system))
         stats = sim.state.stats.as_dict()
     ray.shutdown()
