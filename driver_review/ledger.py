@@ -290,6 +290,12 @@ class Ledger:
 
     # -- Arrow ------------------------------------------------------------------------
     def to_arrow(self) -> pa.Table:
+        """The ledger as a table that owns its data: a copy, taken at once.
+
+        ``pa.array`` over a numeric numpy column shares its buffer, and the snapshot is
+        written off the event loop while reviews keep updating the columns in place: a
+        shared buffer would write a torn row (one driver's new time and stage beside its
+        old version)."""
         n = len(self._ids)
         arrays = {"driver_id": pa.array(self._ids, pa.string())}
         for name in _COLUMNS:
@@ -297,7 +303,7 @@ class Ledger:
             if col.dtype.kind == "S":
                 arrays[name] = pa.array(col, pa.binary(VERSION_BYTES)).cast(pa.binary())
             else:
-                arrays[name] = pa.array(col)
+                arrays[name] = pa.array(col.copy())
         return pa.table(arrays)
 
     @classmethod

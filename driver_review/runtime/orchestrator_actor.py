@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,6 +46,10 @@ class OrchestratorService:
                      loaded.path, loaded.table.num_rows, loaded.watermark)
         self.restored_from = loaded.path if loaded else None
         self.started_at = time.time()
+        # Names this process: a watermark advance must come from a poll whose intake this
+        # process held (see ``advance_watermark``).
+        self.incarnation = uuid.uuid4().hex
+        self.stale_advances = 0
         self._last_snapshot = time.monotonic()
         self.snapshots_written = 0
         self._work_ready = {stage: asyncio.Event() for stage in self.core.stages}
@@ -132,10 +137,20 @@ class OrchestratorService:
         """The ledger entry of one driver (``GET /drivers/{id}``)."""
         return self.core.driver(driver_id)
 
-    async def watermark(self) -> float:
-        return self.core.watermark
+    async def watermark(self) -> tuple[float, str]:
+        """The watermark, and the incarnation that holds what it covers."""
+        return self.core.watermark, self.incarnation
 
-    async def advance_watermark(self, catalog_time: float) -> float:
+    async def advance_watermark(self, catalog_time: float, incarnation: str) -> float:
+        """Move the watermark on for a poll that read it from ``incarnation``.
+
+        A poll that straddled a restart may have handed part of what it read to the
+        process that died (before a snapshot kept it): moving this process's watermark past
+        it would lose it. Such an advance is refused; the next poll reads the window again.
+        """
+        if incarnation != self.incarnation:
+            self.stale_advances += 1
+            return self.core.watermark
         first = self.core.watermark <= 0
         mark = self.core.advance_watermark(catalog_time)
         if first:  # the bootstrap listing is held: never repeat it, even after a crash
@@ -149,6 +164,7 @@ class OrchestratorService:
         return {
             **self.core.stats(), "memory": process_memory(), "restored_from": self.restored_from,
             "started_at": self.started_at, "snapshots_written": self.snapshots_written,
+            "incarnation": self.incarnation, "stale_advances": self.stale_advances,
             "node_id": ray.get_runtime_context().get_node_id(),
         }
 

@@ -4,7 +4,9 @@ Every window it asks the catalog for changes since the orchestrator's watermark 
 small overlap for clock skew), pages through them into intake, and advances the
 watermark only once intake held everything it read. A restarted poller, or orchestrator,
 therefore re-reads from the last watermark; re-reading is harmless because intake only
-keeps news. The very first start of an instance, with no watermark at all, lists the
+keeps news. An advance names the orchestrator incarnation the poll read the watermark
+from, and a restarted orchestrator refuses it: what the poll fed the dead one is read
+again. The very first start of an instance, with no watermark at all, lists the
 whole catalog once (bootstrap), and polls changes from then on.
 """
 
@@ -75,7 +77,7 @@ class PollerService:
     async def poll_once(self) -> dict[str, Any]:
         """One pass; returns what it read. Safe to call while the loop runs."""
         started = time.monotonic()
-        watermark = await self.orchestrator.call("watermark")
+        watermark, incarnation = await self.orchestrator.call("watermark")
         if watermark <= 0:
             # Catalog time is unknown before the first answer; our clock less the overlap
             # covers changes made while the listing pages through.
@@ -91,7 +93,7 @@ class PollerService:
             kind = "changes"
         advanced = watermark
         if newest > watermark:
-            advanced = await self.orchestrator.call("advance_watermark", newest)
+            advanced = await self.orchestrator.call("advance_watermark", newest, incarnation)
         self.polls += 1
         self.changes_read += read
         self.last_poll = {"kind": kind, "read": read, "watermark": advanced,

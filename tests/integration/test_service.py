@@ -98,3 +98,33 @@ def test_freshness_bound_holds(sim_factory, tmp_path) -> None:
     print(f"oldest review age over {len(ages)} samples: max {max(ages):.2f}s "
           f"(bound {bound_s}s + window {window_s}s)")
     assert max(ages) <= bound_s + window_s
+
+
+@pytest.mark.timeout(120)
+def test_a_poll_that_straddles_a_restart_does_not_move_the_watermark(tmp_path) -> None:
+    """A poll reads the watermark from one orchestrator process and feeds it; if that
+    process dies before a snapshot keeps what it was fed, the restarted one must not take
+    the poll's advance, or the changes read would be lost."""
+    import ray
+
+    from driver_review.ledger import Change, Status
+    from driver_review.runtime import actors
+    from driver_review.runtime.names import ActorRef, actor_name
+
+    config = _config("http://127.0.0.1:9")  # the orchestrator alone calls no catalog
+    instance = f"mark-{uuid.uuid4().hex[:6]}"
+    handle = actors.orchestrator(config, instance, outer_loop=False, data_dir=str(tmp_path))
+    orch = ActorRef(actor_name(instance, "orchestrator"))
+    try:
+        assert orch.call_sync("advance_watermark", 100.0,
+                              orch.call_sync("watermark")[1]) == 100.0  # bootstrap held
+        mark, incarnation = orch.call_sync("watermark")
+        orch.call_sync("intake", [Change("drv-1", "1.0.0.1", 0, Status.IN_REVIEW, 150.0)])
+        ray.kill(handle, no_restart=False)  # before its next snapshot
+        again_mark, again = orch.call_sync("watermark")
+        assert again != incarnation and again_mark == mark == 100.0
+        assert orch.call_sync("advance_watermark", 150.0, incarnation) == 100.0
+        assert orch.call_sync("stats")["stale_advances"] == 1
+        assert orch.call_sync("advance_watermark", 150.0, again) == 150.0
+    finally:
+        ray.kill(handle, no_restart=True)

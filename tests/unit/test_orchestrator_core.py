@@ -229,6 +229,18 @@ def test_ledger_arrow_round_trip() -> None:
     assert back.is_decided(back.row("drv-0003"), "3.0", INTAKE)
 
 
+def test_a_ledger_table_is_a_copy_not_a_view() -> None:
+    # The snapshot is written while reviews go on: later changes must not reach it.
+    ledger = Ledger(capacity=8)
+    ledger.observe(change(1, version="1.0", t=1.0))
+    table = ledger.to_arrow()
+    ledger.observe(change(1, version="2.0", stage=SECURITY, t=2.0))
+    ledger.decide(0, version="2.0", stage=SECURITY, verdict=Verdict.APPROVED, reviewed_at=3.0)
+    row = table.to_pylist()[0]
+    assert (row["version"].rstrip(b"\0"), row["stage"], row["changed_at"], row["reviewed_at"]) == (
+        b"1.0", INTAKE, 1.0, 0.0)
+
+
 def test_unknown_stage_is_a_clear_error(clock: Clock) -> None:
     core = make_core(clock)
     with pytest.raises(ValueError, match="unknown stage 'nope'"):
