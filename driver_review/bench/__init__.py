@@ -18,7 +18,7 @@ latency         pings at a steady rate into the live service: acceptance to deci
                 that minus the time spent in external calls
 ingress         signed pings/s through the Serve ingress, against a plain uvicorn endpoint
                 (ceiling) and a Serve no-op deployment (the engine's own cost)
-ledger          1M and 5M drivers (quick: 100k, 500k) in the columnar ledger against a
+ledger          1M and 5M drivers (quick: 50k, 200k) in the columnar ledger against a
                 dict of objects: bytes per driver, staleness slice, snapshot write/load
 isolation       one stage made ~10x slower: the other stages' throughput as a ratio
 ==============  ==========================================================================

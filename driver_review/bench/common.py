@@ -38,7 +38,8 @@ SWEEP_LATENCY_MS = 10.0
 
 @dataclass(frozen=True)
 class Sizes:
-    """How big each scenario is: ``QUICK`` keeps the whole run to a few minutes on 2 cores."""
+    """How big each scenario is. ``QUICK`` checks that every scenario runs and reports (a
+    few minutes on 2 cores); its figures are too small to compare: use the full run."""
 
     sweep_drivers: int  # utilization, peers
     rate_limit: float  # requests/s the simulated catalog allows in those sweeps
@@ -55,9 +56,9 @@ class Sizes:
 
 
 QUICK = Sizes(
-    sweep_drivers=150, rate_limit=100.0, live_drivers=300, ping_rate=5.0,
-    ping_duration_s=10.0, ingress_pings=1000, ingress_concurrency=32, ingress_rounds=1,
-    ledger_sizes=(100_000, 500_000), isolation_drivers=150, slow_delay_s=0.5,
+    sweep_drivers=120, rate_limit=100.0, live_drivers=150, ping_rate=5.0,
+    ping_duration_s=8.0, ingress_pings=400, ingress_concurrency=16, ingress_rounds=1,
+    ledger_sizes=(50_000, 200_000), isolation_drivers=80, slow_delay_s=0.5,
 )
 FULL = Sizes(
     sweep_drivers=1000, rate_limit=100.0, live_drivers=2000, ping_rate=10.0,

@@ -78,7 +78,7 @@ def test_quick_benchmark_reports_every_scenario_with_numbers(tmp_path: Path) -> 
     machine = doc["machine"]
     assert machine["cores"] >= 1 and machine["python"] and machine["ray"]
     assert len(machine["load_average_start"]) == 3 and len(machine["load_average_end"]) == 3
-    assert doc["bench"]["quick"] is True and doc["settings"]["ledger_sizes"] == [100_000, 500_000]
+    assert doc["bench"]["quick"] is True and doc["settings"]["ledger_sizes"] == [50_000, 200_000]
 
     for name, result in doc["scenarios"].items():
         assert "error" not in result, f"{name}: {result.get('error')}"
@@ -100,7 +100,7 @@ def test_quick_benchmark_reports_every_scenario_with_numbers(tmp_path: Path) -> 
     assert sc["cache"]["changed_versions"] >= 1
     assert sc["latency"]["intake_decision"]["n"] > 0
     assert set(sc["ingress"]["accepted_per_s"]) == {"plain", "serve_noop", "ingress"}
-    assert set(sc["ledger"]["sizes"]) == {"100000", "500000"}
+    assert set(sc["ledger"]["sizes"]) == {"50000", "200000"}
     assert sc["isolation"]["throughput_ratio"]["intake"] > 0
 
     if importlib.util.find_spec("matplotlib") is not None:
