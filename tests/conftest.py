@@ -50,7 +50,6 @@ def sim_factory() -> Iterator[Callable[..., SimServer]]:
 #: loaded to start their extra Ray nodes). They run when DRIVER_REVIEW_RUN_PENDING=1; the
 #: open issues they belong to say so. Remove a file from this set once it is green.
 PENDING = {
-    "tests/integration/test_cluster.py",
     "tests/integration/test_bench.py",
 }
 
