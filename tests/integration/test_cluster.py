@@ -8,8 +8,9 @@ machine.
   sweep with flags the CLI accepts.
 - **Two nodes on one machine**: ``ray start --head`` with the ``driver_review_head``
   resource plus ``ray start --address`` (see ``cluster.py``), ``driver-review serve`` and
-  a sweep submitted with ``ray job submit``: stage workers land on both nodes, the
-  orchestrator and governor on the head; SIGINT stops the service in order.
+  a sweep submitted with ``ray job submit`` (its output: the human summary, then the JSON
+  one as the last line; the catalog ends at its truth): stage workers land on both nodes,
+  the orchestrator and governor on the head; SIGINT stops the service in order.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from cluster import RAY, REPO, VENV_BIN, Cluster, free_ports, ray_head, ray_work
 
 from driver_review.cli import build_parser
 from driver_review.config import load_config
+from driver_review.results import read_results
 from driver_review.sim import SimSettings
 from serve_app.app import IngressArgs
 
@@ -324,10 +326,30 @@ def _sweep_phase(cluster: Cluster, head_id: str, worker_id: str, sim_url: str,
     assert job["status"] == "SUCCEEDED" and submit.returncode == 0, (
         f"{job}\nstdout:\n{submit.stdout[-2000:]}\nstderr:\n{submit.stderr[-2000:]}"
         f"\nlogs:\n{logs[-3000:]}")
-    summary = json.loads(next(line for line in reversed(logs.splitlines())
-                              if line.startswith("{")))
+    # The job's own output: the human summary, then the JSON summary as the last line.
+    lines = logs.splitlines()
+    at = max(i for i, line in enumerate(lines) if line.startswith("{"))
+    summary = json.loads(lines[at])
+    assert all(not line.strip() for line in lines[at + 1:]), lines[at + 1:]
+    head = max((i for i in range(at) if lines[i].startswith("sweep ")), default=None)
+    assert head is not None, lines[-20:]
+    human = lines[head:at]
+    assert human[0].startswith(f"sweep {summary['instance']}: {SWEEP_DRIVERS} drivers in "), human
+    assert len(human) > 1 and all(line.startswith("  ") for line in human[1:]), human
+    assert [line.split(":")[0].strip() for line in human[1:3]] == ["decisions", "final"], human
+    # The same summary also came back through the CLI's log tail.
+    assert json.dumps(summary, sort_keys=True) in submit.stdout + submit.stderr
+
     assert summary["drivers"] == SWEEP_DRIVERS and not summary["timed_out"]
+    assert summary["unresolved"] == 0 and summary["data_dir"] == str(data_dir)
+    assert summary["instance"].startswith("sweep-")
     assert sum(summary["final_states"].values()) == SWEEP_DRIVERS
+    truth = httpx.get(f"{sim_url}/_sim/truth", timeout=30).json()["drivers"]
+    state = httpx.get(f"{sim_url}/_sim/state", timeout=30).json()["drivers"]
+    wrong = [d for d, t in truth.items()
+             if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])]
+    assert wrong == [], f"{len(wrong)} drivers differ from truth: {wrong[:5]}"
+    assert read_results(str(data_dir)).num_rows > 0
     # Stopped by now, but the GCS keeps dead actors with the node they ran on.
     sweep = {a["name"]: a for a in _actors(cluster, summary["instance"], alive=False)}
     orchestrator = sweep[f"{summary['instance']}/orchestrator"]
