@@ -9,8 +9,8 @@ Phases, in order, each only when selected:
    fresh-lane intake rows) and, per version, acceptance to its final decision; minus
    the time spent in external calls (the longest check of each stage) that is the
    system's own overhead;
-3. **cache** (3): the catalog holds still and settles; then 1% of the drivers get a new
-   version (no pings: the poller finds them) and the service settles again. Each changed
+3. **cache** (3): the catalog holds still and settles; then 1% (at least 5) of the drivers
+   get a new version (no pings: the poller finds them) and the service settles again. Each changed
    version must be fetched once (``GET /v1/drivers/{id}`` 200s per changed version),
    however many stages it passes, and no unchanged driver is fetched or downloaded;
 4. **ingress** (5): see :mod:`.ingress`.
@@ -38,6 +38,7 @@ LIVE_LATENCY_MS = 10.0
 POLL_INTERVAL_S = 5.0  # pings are the fast path; the poller is the safety net
 SETTLE_TIMEOUT_S = 300.0  # at least; a bigger catalog gets SETTLE_S_PER_DRIVER each
 SETTLE_S_PER_DRIVER = 0.5  # a 2-core machine loaded 40 deep reviewed ~5 drivers/s
+MIN_CHANGES = 5  # 1% of a small catalog may not reach security at all (intake rejects)
 HIGH_WATER = 10_000_000  # intake never refuses in these phases
 
 
@@ -63,7 +64,7 @@ def _settle(system: Any, sim: SimServer, timeout_s: float, *, converged: bool) -
 
 def _cache_phase(ctx: Context, system: Any, sim: SimServer) -> dict[str, Any]:
     drivers = len(sim.state)
-    changes = max(1, drivers // 100)
+    changes = max(MIN_CHANGES, drivers // 100)
     httpx.post(f"{sim.url}/_sim/reset_stats", timeout=30).raise_for_status()
     cache_before = system.cache.call_sync("stats")
     decided_before = len(sim.state.decisions)

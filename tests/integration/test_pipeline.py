@@ -99,10 +99,13 @@ async def _feed_all(system, url: str) -> int:
 
 @pytest.mark.timeout(300)
 def test_pool_grows_under_backlog_and_shrinks_back_when_idle(sim_factory, tmp_path) -> None:
-    sim = sim_factory(SimSettings(drivers=300, seed=5))
-    pools = {"security": {"min_workers": 1, "max_workers": 3, "max_in_flight": 4,
+    # One security worker reviews 1 driver/s: far below what intake feeds it even when the
+    # machine is loaded (at 8/s, a loaded run drained the backlog before a second worker
+    # process had started), so the backlog stays deep until the pool is at its max.
+    sim = sim_factory(SimSettings(drivers=150, seed=5))
+    pools = {"security": {"min_workers": 1, "max_workers": 3, "max_in_flight": 2,
                           "idle_shrink_s": 2.0}}
-    config = _config(sim.url, slow_stage="security", delay_s=0.5, pools=pools)
+    config = _config(sim.url, slow_stage="security", delay_s=2.0, pools=pools)
     system = start_system(config, instance=f"t-{uuid.uuid4().hex[:6]}", data_dir=str(tmp_path))
 
     async def scenario() -> tuple[list[dict], list[dict]]:
