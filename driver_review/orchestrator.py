@@ -24,6 +24,7 @@ Flow of one driver::
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -131,7 +132,8 @@ class OrchestratorCore:
         self._stage_index = {name: i for i, name in enumerate(self.stages)}
         self.ledger = ledger if ledger is not None else Ledger()
         self.backlogs = {
-            s: StageBacklog(s, batch_size=self.window.batch_size, build=self._build, put=put)
+            s: StageBacklog(s, batch_size=self.window.batch_size,
+                            build=functools.partial(self._build, stage=s), put=put)
             for s in self.stages
         }
         self._leases: dict[int, _LeaseState] = {}
@@ -247,8 +249,15 @@ class OrchestratorCore:
         even a final state, so it is kept unless the driver was reviewed meanwhile."""
         ledger = self.ledger
         if lane == Lane.STALE:
+            # A re-sweep is kept unless the driver was reviewed meanwhile, or a change made
+            # it due for review at another stage (it goes there, in the fresh lane).
             recent = self.clock() - self.window.freshness_s / 2
-            mask = ledger.col("reviewed_at")[rows] < recent
+            mask = (ledger.col("reviewed_at")[rows] < recent) & np.fromiter(
+                (not ledger.needs_review(int(r)) or ledger.target(int(r))[1] == stage_idx
+                 for r in rows),
+                dtype=bool,
+                count=len(rows),
+            )
         else:
             mask = np.fromiter(
                 (ledger.needs_review(int(r)) and ledger.target(int(r))[1] == stage_idx
@@ -400,13 +409,15 @@ class OrchestratorCore:
             self._bucket = _Bucket(start)
 
     # -- batches ------------------------------------------------------------------------
-    def _build(self, rows: np.ndarray, lane: Lane, enqueued_at: float) -> pa.RecordBatch:
+    def _build(self, rows: np.ndarray, lane: Lane, enqueued_at: float, *,
+               stage: str) -> pa.RecordBatch:
+        """The batch of one stage's backlog. Its stage is the backlog's, never the ledger's
+        (a change may move a queued driver's target meanwhile): a stage's workers review
+        only their own stage; hand-out and the reviewer catch a driver that moved on."""
         ledger = self.ledger
         ids = ledger.ids(rows)
         versions = [v.decode() for v in ledger.col("version")[rows]]
-        stages = ledger.col("stage")[rows]
-        last = len(self.stages) - 1
-        stage_names = [self.stages[s if s != NO_STAGE else last] for s in stages]
+        stage_names = [stage] * len(rows)
         n = len(rows)
         revalidate = (ledger.col("restored")[rows] != 0) | (lane == Lane.STALE)
         return pa.record_batch(

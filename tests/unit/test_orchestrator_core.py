@@ -204,6 +204,19 @@ def test_stale_slices_are_spread_and_oldest_first(clock: Clock) -> None:
     assert second.isdisjoint(d for d, _, _ in first)  # just confirmed: not again so soon
 
 
+def test_a_queued_resweep_that_a_change_moves_goes_to_its_new_stage(clock: Clock) -> None:
+    # A published driver is queued for a re-sweep at its last stage; a new version then
+    # puts it in review at intake. The compatibility workers must not get it (they would
+    # decide intake with compatibility's checks): intake gets it, as an intake item.
+    core = make_core(clock, freshness_s=100)
+    core.intake([change(0, stage=NO_STAGE, status=Status.PUBLISHED)])
+    clock.now += 200
+    assert core.tick()["stale"] == 1
+    core.intake([change(0, version="2.0.0.0", stage=INTAKE, t=9.0)])
+    assert items(core.demand("compatibility", 10)) == []
+    assert items(core.demand("intake", 10)) == [("drv-0000", "2.0.0.0", "intake")]
+
+
 def test_restart_from_ledger_requeues_what_was_pending(clock: Clock) -> None:
     core = make_core(clock)
     core.intake([change(i) for i in range(5)])
