@@ -6,6 +6,7 @@ Prints one JSON line with what it measured."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -57,10 +58,9 @@ def main() -> dict:
         while again["started_at"] == orch["started_at"]:  # back on the other node
             if time.monotonic() > back_by:
                 raise SystemExit("the orchestrator did not come back within 120 s")
-            try:
+            time.sleep(0.1)
+            with contextlib.suppress(Exception):  # still restarting
                 again = system.orchestrator.call_sync("stats")
-            except Exception:  # still restarting
-                time.sleep(0.1)
         resumed_s = time.monotonic() - removed_at
         new_node = again["node_id"]
         time.sleep(5)

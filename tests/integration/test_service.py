@@ -7,8 +7,12 @@ import time
 import uuid
 
 import pytest
+import ray
 
 from driver_review.config import PipelineConfig, load_config, parse_config
+from driver_review.ledger import Change, Status
+from driver_review.runtime import actors
+from driver_review.runtime.names import ActorRef, actor_name
 from driver_review.runtime.system import start_system, stop_system
 from driver_review.sim import SimSettings
 
@@ -105,12 +109,6 @@ def test_a_poll_that_straddles_a_restart_does_not_move_the_watermark(tmp_path) -
     """A poll reads the watermark from one orchestrator process and feeds it; if that
     process dies before a snapshot keeps what it was fed, the restarted one must not take
     the poll's advance, or the changes read would be lost."""
-    import ray
-
-    from driver_review.ledger import Change, Status
-    from driver_review.runtime import actors
-    from driver_review.runtime.names import ActorRef, actor_name
-
     config = _config("http://127.0.0.1:9")  # the orchestrator alone calls no catalog
     instance = f"mark-{uuid.uuid4().hex[:6]}"
     handle = actors.orchestrator(config, instance, outer_loop=False, data_dir=str(tmp_path))
