@@ -22,12 +22,13 @@ Policy, in order of authority:
      429 came, the rate doubles. The first 429 brackets the limit between the last two
      rates.
    - on a 429 (``"aimd"`` from then on), ``hi`` becomes the pace of the permits due just
-     before it, or, if over the last second the server visibly served less than we
-     offered (``CLIPPED``, see :mod:`driver_review.meter`), what it served: the limit
-     showing through. The new rate bisects ``[lo, hi]`` (times ``SETTLE``: a
-     multiplicative decrease in effect), or, once the bracket is ``NARROW``, is
-     ``SETTLE * hi``, just under the limit; with no ``lo`` (or one refused before it
-     held) it is ``DECREASE * hi``.
+     before it, or, if over the last second the server visibly served less than it
+     was sent (``CLIPPED``, see :mod:`driver_review.meter`), what it served: the limit
+     showing through. (Sent is what it answered, not the permits leased: a client short
+     of work leaves permits unspent, and those say nothing about the limit.) The new
+     rate bisects ``[lo, hi]`` (times ``SETTLE``: a multiplicative decrease in effect),
+     or, once the bracket is ``NARROW``, is ``SETTLE * hi``, just under the limit; with
+     no ``lo`` (or one refused before it held) it is ``DECREASE * hi``.
    - between 429s the rate *probes* up additively: ``PROBE_PER_S`` of ``hi`` per second, a
      pace that doubles every ``PROBE_DOUBLING_S`` without a 429. A good bracket keeps the
      rate just under the limit for long stretches (few 429s, each of which costs a whole
@@ -56,13 +57,13 @@ INTERVAL_S = 0.5  # how often the rate is reconsidered (slow start doubles per i
 BUSY_FRACTION = 0.8  # demand "saturates" when the schedule was busy this share of the time
 KEPT_UP = 0.5  # ... and answers came at least at this share of the rate (lagging by latency)
 DECREASE = 0.85  # multiplicative decrease on a 429 when nothing better is known
-SETTLE = 0.97  # settle at this share of a limit the server showed us
-CLIPPED = 0.9  # a success rate below this share of the rate shows where the limit is
+SETTLE = 0.98  # settle at this share of a limit the server showed us
+CLIPPED = 0.9  # served below this share of what was sent shows where the limit is
 NARROW = 0.05  # bounds closer than this share of ``hi`` are done bisecting (down) ...
 WIDE = 0.2  # ... and bounds wider than this share are bisected upwards after a hold
 HOLD_S = 2.0  # busy this long at a rate without a 429: the rate is safe
-PROBE_PER_S = 0.001  # above it, grow by this share of the estimate per second ...
-PROBE_DOUBLING_S = 8.0  # ... a pace that doubles every this long without a 429
+PROBE_PER_S = 0.0002  # above it, grow by this share of the estimate per second ...
+PROBE_DOUBLING_S = 16.0  # ... a pace that doubles every this long without a 429
 REPROBE = 1.15  # this far above the estimate without a 429: the limit rose
 HOLDOFF_S = 0.5  # after a decrease ignore 429s this long (or to the end of its pause)
 MIN_SAMPLES = 5  # fewer successes than this say nothing about the limit
@@ -187,7 +188,7 @@ class RateGovernor:
             self.on_429(retry_after_s, now, header_mode=info is not None)
         else:
             self._n["ok"] += 1
-            self._meter.served(now)
+            self._meter.answered(now, ok=True)
         if info is not None:
             self._use_headers(info, now)
         return self._epoch
@@ -196,6 +197,7 @@ class RateGovernor:
         """A 429 (with the server's Retry-After, if any); returns the epoch."""
         self._tick(now)
         self._n["429s"] += 1
+        self._meter.answered(now, ok=False)
         self._saw_429_in_interval = True
         # Measured before the pause below moves the window.
         measured = self._meter.measure(now, not_before=self._paused_until)
@@ -326,8 +328,8 @@ class RateGovernor:
     def _after_429(self, measured: Measure | None, sent: float) -> float:
         """The new rate, after narrowing the bounds on the limit with a 429 at pace ``sent``."""
         m = measured
-        if m and m.served >= MIN_SAMPLES and m.served_per_s < CLIPPED * m.offered_per_s:
-            # The server visibly served less than we offered: its limit showing through
+        if m and m.served >= MIN_SAMPLES and m.served_per_s < CLIPPED * m.answered_per_s:
+            # The server visibly refused part of what it was sent: its limit showing through
             # (plus what a burst allowance let by: an upper bound, tight over a long window).
             sent = min(sent, m.served_per_s)
         self._hi = sent

@@ -1,8 +1,11 @@
-"""What an endpoint was recently offered and what it served: the evidence the rate governor
+"""What an endpoint was recently offered, sent and served: the evidence the rate governor
 reads when a 429 arrives (see :mod:`driver_review.governor`). Pure, on the caller's clock.
 
-*Offered* is the permits whose time came (each remembers the rate it was issued at);
-*served* is the answers other than 429. Both are kept only as long as they can be read.
+*Offered* is the permits whose time came (each remembers the rate it was issued at): the
+pace of the schedule. *Answered* is every response, *served* the answers other than 429.
+What was answered, not what was offered, is what the server saw: a client short of work
+or of CPU leaves permits unspent, and a server that served all it was sent must not look
+as if it had clipped the schedule. All are kept only as long as they can be read.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ RECENT_S = 0.5  # the pace that drew a 429 is that of the permits due this long 
 @dataclass(frozen=True)
 class Measure:
     served_per_s: float
-    offered_per_s: float
+    answered_per_s: float  # 429s included: the rate the server was sent, as it answered
     served: int  # how many answers the rates rest on
 
 
@@ -30,6 +33,7 @@ class RateMeter:
         (the lease horizon)."""
         self.lag_s = lag_s
         self._served: deque[float] = deque()  # when answers other than 429 came
+        self._answered: deque[float] = deque()  # when any answer came
         self._offered: deque[tuple[float, float]] = deque()  # (permit due at, rate issued at)
         self._paced_at: deque[float] = deque(maxlen=2)  # when the pace last stepped up
         self._origin = -math.inf
@@ -40,8 +44,11 @@ class RateMeter:
     def offered(self, due: Iterable[float], rate: float) -> None:
         self._offered.extend((t, rate) for t in due)
 
-    def served(self, now: float) -> None:
-        self._served.append(now)
+    def answered(self, now: float, *, ok: bool) -> None:
+        """One response: ``ok`` unless it was a 429."""
+        self._answered.append(now)
+        if ok:
+            self._served.append(now)
 
     def paced_up(self, now: float) -> None:
         self._paced_at.append(now)
@@ -50,6 +57,8 @@ class RateMeter:
         oldest = now - WINDOW_S - self.lag_s  # nothing older is ever read
         while self._served and self._served[0] < oldest:
             self._served.popleft()
+        while self._answered and self._answered[0] < oldest:
+            self._answered.popleft()
         while self._offered and self._offered[0][0] < oldest:
             self._offered.popleft()
 
@@ -71,5 +80,5 @@ class RateMeter:
         if span_s < MIN_WINDOW_S:
             return None
         served = sum(1 for t in self._served if t >= start)
-        offered = sum(1 for t, _ in self._offered if start <= t <= now)
-        return Measure(served / span_s, offered / span_s, served)
+        answered = sum(1 for t in self._answered if t >= start)
+        return Measure(served / span_s, answered / span_s, served)

@@ -137,7 +137,7 @@ def test_slow_start_waits_for_demand() -> None:
 
 
 def test_aimd_sawtooth_decreases_on_429_and_climbs_back() -> None:
-    run = simulate(TokenBucketServer(50, 10), duration_s=60)
+    run = simulate(TokenBucketServer(50, 10), duration_s=180)
     states = {s for _, _, s in run.rates}
     assert {"slow_start", "aimd", "paused"} <= states
     stats = run.gov.stats()
@@ -157,7 +157,7 @@ def test_converges_near_the_real_limit_with_few_429s(rate: float, burst: int) ->
     served = run.served_rate(30, 120)
     share = run.share_429(30, 120)
     print(f"limit {rate}/s burst {burst}: served {served:.2f}/s, 429 share {share:.4f}")
-    assert 0.93 * rate <= served <= 1.01 * rate
+    assert 0.96 * rate <= served <= 1.01 * rate
     assert share < 0.005
     assert run.gov.stats()["limit_estimate"] == pytest.approx(rate, rel=0.1)
 
@@ -182,6 +182,21 @@ def test_only_one_decrease_per_burst_of_429s() -> None:
     assert after_first == gov.rate == pytest.approx(gv.SETTLE * (20 + 40) / 2)
     gov.on_429(None, 1.0 + gv.HOLDOFF_S + 0.01)  # a later one is news again
     assert gov.stats()["decreases"] == 2
+
+def test_permits_left_unspent_do_not_pass_for_a_clipping_server() -> None:
+    """A client spends every other permit (short of work); the server serves all it is
+    sent, then a 429 comes. What was answered, not what was leased, is what the server
+    saw: the limit is at least the pace it was sent at, not the half actually served."""
+    gov = RateGovernor(GovernorConfig(initial_rate=100))
+    for i in range(100):
+        now = i * 0.01
+        gov.lease(1, now)
+        if i % 2 == 0:
+            gov.observe(200, {}, now + 0.005)
+    gov.on_429(1.0, 1.0)
+    assert gov.stats()["limit_estimate"] >= 0.9 * 100
+    assert gov.rate >= 0.9 * 50  # never below what the server just served
+
 
 
 def test_rate_stays_within_min_and_max() -> None:
