@@ -19,6 +19,7 @@ from driver_review.config import PipelineConfig
 from driver_review.errors import ConfigError
 
 SECRET_ENV = "DRIVER_REVIEW_WEBHOOK_SECRET"
+STOP_POLL_S = 0.5  # how often the main thread wakes to run a pending SIGINT/SIGTERM handler
 
 
 def serve_app_name(instance: str) -> str:
@@ -71,7 +72,11 @@ def run_service(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    # Wait in short turns: Python runs signal handlers in the main thread only, and a
+    # signal the kernel hands to one of Ray's threads does not wake a main thread blocked
+    # without a timeout, so the handler would never run.
+    while not stop.wait(timeout=STOP_POLL_S):
+        pass
     print("stopping: intake, drain, services ...", file=out, flush=True)
     stop_service(system)
     print("stopped.", file=out, flush=True)
