@@ -20,7 +20,8 @@ Policy, in order of authority:
 
    - *slow start*: every ``INTERVAL_S`` in which demand kept the permit schedule busy and no
      429 came, the rate doubles. The first 429 brackets the limit between the last two
-     rates.
+     rates; the lower one is only a guess (a burst allowance can absorb one interval
+     over the limit), dropped if a second 429 comes before any rate held.
    - on a 429 (``"aimd"`` from then on), ``hi`` becomes the pace of the permits due just
      before it, or, if over the last second the server visibly served less than it
      was sent (``CLIPPED``, see :mod:`driver_review.meter`), what it served: the limit
@@ -112,6 +113,7 @@ class RateGovernor:
         self._held_s = 0.0  # busy time without a 429 since the rate was ``_hold_rate``
         self._hold_rate = self._rate
         self._held_since_429 = True
+        self._lo_guessed = False  # ``lo`` came from slow start and no rate has held since
         self._decreased_at = -math.inf
         self._epoch = 0
         self._next_slot = -math.inf
@@ -334,7 +336,11 @@ class RateGovernor:
             sent = min(sent, m.served_per_s)
         self._hi = sent
         if self._mode == "slow_start" and self._lo is None:
-            self._lo = sent / 2  # the rate before the last doubling went without a 429
+            # The rate before the last doubling went without a 429; but it lasted one
+            # interval, which a burst allowance can absorb: a guess until a rate holds.
+            self._lo, self._lo_guessed = sent / 2, True
+        elif self._lo_guessed and not self._held_since_429:
+            self._lo, self._lo_guessed = None, False  # refused again before any rate held
         if self._lo is not None and self._lo >= sent:
             self._lo = None  # a 429 at a rate once safe: the limit dropped
         if self._lo is None:
@@ -357,6 +363,7 @@ class RateGovernor:
         if self._held_s >= HOLD_S:
             if self._lo is None or self._hold_rate > self._lo:
                 self._lo = self._hold_rate
+            self._lo_guessed = False
             self._held_since_429 = True
             self._held_s, self._hold_rate = 0.0, self._rate
             if (

@@ -183,6 +183,22 @@ def test_only_one_decrease_per_burst_of_429s() -> None:
     gov.on_429(None, 1.0 + gv.HOLDOFF_S + 0.01)  # a later one is news again
     assert gov.stats()["decreases"] == 2
 
+def test_slow_starts_lower_bound_is_dropped_when_refused_before_any_rate_held() -> None:
+    """A bucket of 26 absorbs half a second at 160/s against a limit of 130, so slow start
+    doubles to 320 and takes 160 for safe. The next 429 comes before any rate held: the
+    guess goes, instead of a slow bisection above the limit, one Retry-After at a time."""
+    gov = RateGovernor(GovernorConfig(initial_rate=320))
+    gov.on_429(1.0, 0.0)  # slow start: bracket [160, 320]
+    assert gov.stats()["safe_rate"] == 160
+    gov.on_429(1.0, 1.5)  # right after the pause, before holding anything
+    bisected = gv.SETTLE * (160 + 320) / 2
+    assert gov.stats()["safe_rate"] is None and gov.rate == pytest.approx(gv.DECREASE * bisected)
+    run = simulate(TokenBucketServer(130, 26), duration_s=65, workers=32, latency_s=0.012)
+    print(f"limit 130/s burst 26: {run.gov.stats()['429s']} 429s, "
+          f"served {run.served_rate(0, 65):.1f}/s")
+    assert run.gov.stats()["429s"] <= 8  # eleven when the guess was kept
+
+
 def test_permits_left_unspent_do_not_pass_for_a_clipping_server() -> None:
     """A client spends every other permit (short of work); the server serves all it is
     sent, then a 429 comes. What was answered, not what was leased, is what the server
