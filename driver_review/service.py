@@ -56,6 +56,27 @@ def stop_service(system: Any) -> dict[str, Any]:
     return asyncio.run(stop_system(system))
 
 
+def wait_for_stop_signal() -> int:
+    """Block the main thread until SIGINT or SIGTERM; returns the signal's number.
+
+    It waits in short turns: Python runs signal handlers in the main thread only, and a
+    signal the kernel hands to another thread (Ray has many) does not wake a main thread
+    blocked without a timeout, so the handler would never run.
+    """
+    received: list[int] = []
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        received.append(signum)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+    while not stop.wait(timeout=STOP_POLL_S):
+        pass
+    return received[0]
+
+
 def run_service(
     config: PipelineConfig, *, config_path: str | None, instance: str, data_dir: str,
     host: str, port: int, out: TextIO = sys.stdout,
@@ -69,14 +90,7 @@ def run_service(
           f"http://{host}:{port}/webhooks/drivers, status at http://{host}:{port}/status",
           file=out, flush=True)
     print("Ctrl-C stops: intake first, then drain, then the services.", file=out, flush=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    # Wait in short turns: Python runs signal handlers in the main thread only, and a
-    # signal the kernel hands to one of Ray's threads does not wake a main thread blocked
-    # without a timeout, so the handler would never run.
-    while not stop.wait(timeout=STOP_POLL_S):
-        pass
+    wait_for_stop_signal()
     print("stopping: intake, drain, services ...", file=out, flush=True)
     stop_service(system)
     print("stopped.", file=out, flush=True)

@@ -1,0 +1,38 @@
+"""``driver-review serve`` stops on SIGINT even when the kernel hands the signal to a thread
+other than the main one, as it may in a process full of Ray's threads.
+
+Run in a child process, so that the signal handlers never touch the test runner's.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+CHILD = textwrap.dedent("""
+    import signal, threading, time
+    from driver_review.service import wait_for_stop_signal
+
+    def deliver_to_this_thread() -> None:
+        time.sleep(0.3)
+        # What the kernel may do with a process-directed SIGINT: deliver it to any thread
+        # that does not block it. Here, deterministically, to this one.
+        signal.pthread_kill(threading.get_ident(), signal.{name})
+
+    threading.Thread(target=deliver_to_this_thread, daemon=True).start()
+    print(wait_for_stop_signal() == signal.{name}, flush=True)
+""")
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_stop_signal_delivered_to_another_thread_still_stops(name: str) -> None:
+    try:
+        proc = subprocess.run([sys.executable, "-c", CHILD.format(name=name)],
+                              capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name} delivered to a helper thread never woke the main thread")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True", proc.stdout + proc.stderr
