@@ -82,14 +82,21 @@ def _peers(ax: Any, sc: dict) -> None:
     p = sc["peers"]
     names = ["driver_review", *p["peers"]]
     runs = [p["driver_review"], *p["peers"].values()]
-    _bars(ax, names, [r["active_s"] for r in runs], "2. same sweep: active wall time", "s",
-          fmt="{:.0f}s")
+    # A peer stopped at its bound is drawn to where it was stopped, hatched: at least that.
+    walls = [r["total_s"] if r.get("did_not_finish") and "calls" in r else r["active_s"]
+             for r in runs]
+    _bars(ax, names, walls, "2. same sweep: active wall time", "s", fmt="{:.0f}s")
     for i, r in enumerate(runs):
+        if "calls" not in r and i > 0:  # the peer could not run here at all
+            ax.annotate("not run", (i, 1), ha="center", fontsize=8)
+            continue
         text = f"429s {100 * (r['rate_limited_share'] or 0):.0f}%\n" \
                f"{r['calls_per_decision_ratio'] or 0:.1f} calls/dec"
         if r.get("did_not_finish"):
-            text += "\nDID NOT FINISH"
-        ax.annotate(text, (i, 1), ha="center", fontsize=8)
+            ax.patches[i].set_hatch("//")
+            text += "\nstopped unfinished"
+        ax.annotate(text, (i, 1), ha="center", fontsize=8,
+                    bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
 
 
 def _cache(ax: Any, sc: dict) -> None:
