@@ -112,12 +112,16 @@ class StagePoolService:
             if isinstance(res, Exception):
                 log.warning("pool %s: worker %s is gone (%s)", self.stage, name, type(res).__name__)
                 self.workers.pop(name, None)
+        # The autoscaling tick runs beside this coroutine and may add or retire a worker
+        # while we await: pair the answers with the names they were asked of, and keep
+        # only workers still in the pool.
+        names = list(self.workers)
         stats = await asyncio.gather(
-            *(self.workers[n].stats.remote() for n in self.workers), return_exceptions=True
+            *(self.workers[n].stats.remote() for n in names), return_exceptions=True
         )
         return {
-            n: s for n, s in zip(list(self.workers), stats, strict=True)
-            if not isinstance(s, Exception)
+            n: s for n, s in zip(names, stats, strict=True)
+            if not isinstance(s, Exception) and n in self.workers
         }
 
     async def _add(self, reason: str) -> None:
