@@ -183,6 +183,7 @@ def test_only_one_decrease_per_burst_of_429s() -> None:
     gov.on_429(None, 1.0 + gv.HOLDOFF_S + 0.01)  # a later one is news again
     assert gov.stats()["decreases"] == 2
 
+
 def test_slow_starts_lower_bound_is_dropped_when_refused_before_any_rate_held() -> None:
     """A bucket of 26 absorbs half a second at 160/s against a limit of 130, so slow start
     doubles to 320 and takes 160 for safe. The next 429 comes before any rate held: the
@@ -212,7 +213,6 @@ def test_permits_left_unspent_do_not_pass_for_a_clipping_server() -> None:
     gov.on_429(1.0, 1.0)
     assert gov.stats()["limit_estimate"] >= 0.9 * 100
     assert gov.rate >= 0.9 * 50  # never below what the server just served
-
 
 
 def test_rate_stays_within_min_and_max() -> None:

@@ -17,7 +17,11 @@ CHILD = textwrap.dedent("""
     from driver_review.service import wait_for_stop_signal
 
     def deliver_to_this_thread() -> None:
-        time.sleep(0.3)
+        # Only once the handlers are in place (bounded: the child's own timeout is 20 s).
+        deadline = time.monotonic() + 10
+        while (signal.getsignal(signal.{name}) in (signal.SIG_DFL, signal.default_int_handler)
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
         # What the kernel may do with a process-directed SIGINT: deliver it to any thread
         # that does not block it. Here, deterministically, to this one.
         signal.pthread_kill(threading.get_ident(), signal.{name})
