@@ -1,0 +1,95 @@
+"""What a driver id, a version and a catalog time must be before anything takes them, and
+how to show a value that failed in a log line without letting it forge one.
+
+One place for these rules: the catalog client (listing, changes, records), intake, the
+webhook edge and the ledger all ask here, so a value accepted by one is accepted by all.
+Each check returns a one-line problem, or ``None`` when the value is fine; nothing is ever
+shortened to make it fit.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+#: A driver id is at most this many characters (the REST contract's limit).
+MAX_ID_CHARS = 128
+#: A version is at most this many UTF-8 bytes: the ledger keeps versions in fixed-width
+#: columns, and a longer one is refused rather than cut.
+MAX_VERSION_BYTES = 32
+#: A catalog time may run ahead of our clock by this much at most (clock skew); one further
+#: ahead would move the watermark past changes not yet made.
+MAX_FUTURE_SKEW_S = 300.0
+#: How much of a bad value a log line shows (its length is always shown too).
+SHOWN_CHARS = 80
+
+_DOT_SEGMENTS = frozenset({".", ".."})
+
+
+def _segment_problem(what: str, value: object) -> str | None:
+    if not isinstance(value, str):
+        return f"{what} is {type(value).__name__}, not a string"
+    if not value:
+        return f"{what} is empty"
+    if value in _DOT_SEGMENTS:
+        # Percent-encoding does not help: servers and proxies normalise %2E%2E too.
+        return f"{what} {value!r} is a path segment"
+    if "/" in value or "\\" in value:
+        return f"{what} {shown(value)} contains a slash"
+    if not value.isprintable():
+        return f"{what} {shown(value)} contains control or non-printable characters"
+    if value != value.strip():
+        return f"{what} {shown(value)} has leading or trailing whitespace"
+    return None
+
+
+def id_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a driver id, or None."""
+    problem = _segment_problem("id", value)
+    if problem is None and len(value) > MAX_ID_CHARS:  # type: ignore[arg-type]
+        return f"id {shown(value)} is longer than {MAX_ID_CHARS} characters"
+    return problem
+
+
+def version_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a version, or None."""
+    problem = _segment_problem("version", value)
+    if problem is None and len(value.encode()) > MAX_VERSION_BYTES:  # type: ignore[union-attr]
+        return f"version {shown(value)} is longer than {MAX_VERSION_BYTES} bytes"
+    return problem
+
+
+def time_problem(
+    epoch_s: float, now: float, *, max_future_s: float = MAX_FUTURE_SKEW_S
+) -> str | None:
+    """Why a catalog time cannot be taken (before 1970, or beyond the skew allowance)."""
+    if epoch_s != epoch_s:  # NaN
+        return "time is not a number"
+    if epoch_s < 0:
+        return "time is before 1970"
+    if epoch_s > now + max_future_s:
+        return f"time is {epoch_s - now:.0f} s in the future (allowance {max_future_s:.0f} s)"
+    return None
+
+
+def shown(value: object) -> str:
+    """``value`` for a log line: its repr (control characters escaped), at most
+    ``SHOWN_CHARS`` of it, and its length when longer. Display only: never stored."""
+    text = ascii(value) if isinstance(value, str) else ascii(repr(value))[1:-1]
+    if len(text) <= SHOWN_CHARS:
+        return text
+    size = len(value) if isinstance(value, str | bytes) else len(text)
+    return f"{text[:SHOWN_CHARS]}… ({size} chars)"
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials or query: for keys, logs, status and metric labels."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:  # not a number: show no port rather than fail while redacting
+        port = None
+    netloc = f"{host}:{port}" if port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
