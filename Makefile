@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test check lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# The edit loop: lint and the unit tests (pure logic, no Ray), in well under a minute.
+check: lint
+	$(BIN)/python -m pytest -q tests/unit $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m jobs.bench $(ARGS)

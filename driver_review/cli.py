@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from driver_review.config import DEFAULT_INSTANCE
 from driver_review.errors import DriverReviewError
+from driver_review.identifiers import instance_problem
 
 
 def _add_pipeline_args(p: argparse.ArgumentParser) -> None:
@@ -31,6 +32,13 @@ def _positive(kind: type) -> object:
     return parse
 
 
+def _instance(text: str) -> str:
+    problem = instance_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="driver-review",
@@ -47,17 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pipeline_args(sweep)
     sweep.add_argument("--json", action="store_true", help="print a JSON summary last")
     sweep.add_argument("--timeout-s", type=_positive(float), default=3600.0)
-    sweep.add_argument("--instance", help="actor name prefix (default: sweep-<random>)")
+    sweep.add_argument("--instance", type=_instance,
+                       help="actor name prefix (default: sweep-<random>)")
 
     serve = sub.add_parser("serve", help="the always-on service (webhooks, poller, pools)")
     _add_pipeline_args(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=_positive(int), default=8000)
-    serve.add_argument("--instance", default=DEFAULT_INSTANCE, help="actor name prefix")
+    serve.add_argument("--instance", type=_instance, default=DEFAULT_INSTANCE,
+                       help="actor name prefix")
 
     status = sub.add_parser("status", help="state of a running instance")
     status.add_argument("--config", help="pipeline file the instance runs with")
-    status.add_argument("--instance", default=DEFAULT_INSTANCE)
+    status.add_argument("--instance", type=_instance, default=DEFAULT_INSTANCE)
     status.add_argument("--json", action="store_true", help="print JSON")
 
     report = sub.add_parser("report", help="summarise the Parquet results")

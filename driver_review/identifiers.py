@@ -9,6 +9,7 @@ shortened to make it fit.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 #: A driver id is at most this many characters (the REST contract's limit).
@@ -23,6 +24,10 @@ MAX_FUTURE_SKEW_S = 300.0
 SHOWN_CHARS = 80
 
 _DOT_SEGMENTS = frozenset({".", ".."})
+#: An instance name prefixes actor names (``<instance>/<role>``) and names a folder under
+#: the data dir, so it is kept to letters, digits, ``_`` and ``-``: never ``.``/``..``/``/``.
+MAX_INSTANCE_CHARS = 64
+_INSTANCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 def _segment_problem(what: str, value: object) -> str | None:
@@ -56,6 +61,16 @@ def version_problem(value: object) -> str | None:
     if problem is None and len(value.encode()) > MAX_VERSION_BYTES:  # type: ignore[union-attr]
         return f"version {shown(value)} is longer than {MAX_VERSION_BYTES} bytes"
     return problem
+
+
+def instance_problem(value: object) -> str | None:
+    """Why ``value`` cannot name an instance, or None."""
+    if not isinstance(value, str):
+        return f"instance name is {type(value).__name__}, not a string"
+    if len(value) > MAX_INSTANCE_CHARS or not _INSTANCE.fullmatch(value):
+        return (f"instance name {shown(value)} is not 1-{MAX_INSTANCE_CHARS} letters, digits, "
+                "'_' or '-' starting with a letter or digit")
+    return None
 
 
 def time_problem(

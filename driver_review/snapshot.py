@@ -31,6 +31,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from driver_review.errors import ConfigError
+from driver_review.identifiers import instance_problem
 from driver_review.results import resolve
 
 log = logging.getLogger(__name__)
@@ -50,8 +52,11 @@ class Snapshot:
 
 class SnapshotStore:
     def __init__(self, data_dir: str, instance: str, *, keep: int = KEEP) -> None:
+        problem = instance_problem(instance)
+        if problem:  # "." or ".." would put snapshots outside their folder
+            raise ConfigError(f"snapshots: {problem}")
         self.fs, root = resolve(data_dir)
-        self.dir = f"{root.rstrip('/')}/{SNAPSHOTS_DIR}/{instance.replace('/', '-')}"
+        self.dir = f"{root.rstrip('/')}/{SNAPSHOTS_DIR}/{instance}"
         self.keep = keep
         self._local = isinstance(self.fs, pafs.LocalFileSystem)
         self.fs.create_dir(self.dir, recursive=True)

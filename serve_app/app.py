@@ -18,11 +18,12 @@ annotation as a class to validate the args with.
 import os
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from ray.serve import Application
 from ray.serve.config import BackpressureConfig
 
 from driver_review.config import load_config
+from driver_review.identifiers import instance_problem
 from driver_review.runtime.names import DEFAULT_INSTANCE
 from serve_app.ingress import DriverReviewIngress
 from serve_app.webhook import RedactedSecret, load_verifier
@@ -31,12 +32,19 @@ SECRET_ENV = "DRIVER_REVIEW_WEBHOOK_SECRET"
 MIB = 1024 * 1024
 
 
+def _instance(value: str) -> str:
+    problem = instance_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 class IngressArgs(BaseModel):
     """Arguments of :func:`build_app` (``args:`` in a Serve config file)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    instance: Annotated[str, Field(min_length=1)] = DEFAULT_INSTANCE
+    instance: Annotated[str, AfterValidator(_instance)] = DEFAULT_INSTANCE
     #: The pipeline file the instance runs with (stage names); None for the shipped default.
     config: str | None = None
     webhook_secret_env: Annotated[str, Field(min_length=1)] = SECRET_ENV

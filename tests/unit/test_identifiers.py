@@ -8,6 +8,7 @@ from driver_review.identifiers import (
     MAX_ID_CHARS,
     MAX_VERSION_BYTES,
     id_problem,
+    instance_problem,
     redact_url,
     shown,
     time_problem,
@@ -73,3 +74,27 @@ def test_redact_url_drops_userinfo_and_query() -> None:
     )
     assert redact_url("http://127.0.0.1:9000") == "http://127.0.0.1:9000"
     assert redact_url("http://u:p@[::1]:81/") == "http://[::1]:81/"
+
+
+@pytest.mark.parametrize("bad", [".", "..", "a/b", "", "-x", "a b", "x" * 65, "ü"])
+def test_instance_names_that_could_leave_their_folder_are_refused(bad: str, tmp_path) -> None:
+    from driver_review.errors import ConfigError
+    from driver_review.snapshot import SnapshotStore
+
+    assert instance_problem(bad) is not None
+    with pytest.raises(ConfigError, match="instance name"):
+        SnapshotStore(str(tmp_path), bad)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_instance_names_are_checked_by_the_cli_and_the_serve_app_args() -> None:
+    from pydantic import ValidationError
+
+    from driver_review.cli import build_parser
+    from serve_app.app import IngressArgs
+
+    assert instance_problem("sweep-1a2b_c") is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["status", "--instance", ".."])
+    with pytest.raises(ValidationError, match="instance name"):
+        IngressArgs(instance="..")
