@@ -23,6 +23,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pydantic import ValidationError
 
 from driver_review.catalog.models import DriverSummary
@@ -34,12 +35,25 @@ from driver_review.identifiers import (
     version_problem,
 )
 from driver_review.ledger import NO_STAGE, Change, Status
+from driver_review.results import ResultWriter, read_dataset
 
 log = logging.getLogger(__name__)
 
 #: Kinds a bad row is counted under (metric tag, ``sweep --json``, report).
 KINDS = ("unknown_stage", "bad_version", "bad_id", "bad_time", "bad_status",
          "wrong_type", "missing_field", "bad_row")
+#: Bad rows waiting to be exported (metric, Parquet) between two orchestrator ticks.
+MAX_UNEXPORTED = 10_000
+QUARANTINE_DIR = "quarantine"
+#: ``<data-dir>/quarantine/``: one row per distinct bad row, as first seen.
+SCHEMA = pa.schema([
+    ("driver_id", pa.string()),  # shown safely (repr, escaped, at most SHOWN_CHARS)
+    ("kind", pa.string()),
+    ("reason", pa.string()),
+    ("source", pa.string()),
+    ("fingerprint", pa.string()),
+    ("seen_at", pa.timestamp("us", tz="UTC")),
+])
 #: Bad rows the orchestrator remembers; the oldest is forgotten first (and, if it comes
 #: back unchanged, counted again: the only cost of the bound).
 MAX_QUARANTINED = 10_000
@@ -145,6 +159,14 @@ def to_change(stage_names: Sequence[str], obj: Any, *, now: float,
                   Status[obj.status.upper()], obj.updated_at.timestamp())
 
 
+def taken(stage_names: Sequence[str], item: Any, *, now: float, source: str) -> Change | BadRow:
+    """What a consumer of ``iter_drivers``/``changes_since`` takes from one item: a bad
+    row as it is, anything else converted (and judged) by :func:`to_change`."""
+    if isinstance(item, BadRow):
+        return item
+    return to_change(stage_names, item, now=now, source=source)
+
+
 class QuarantineTable:
     """Bad rows by key, bounded; counts and logs each distinct row once."""
 
@@ -154,6 +176,7 @@ class QuarantineTable:
         self.by_kind: Counter[str] = Counter()
         self.released = 0
         self.forgotten = 0
+        self._unexported: list[BadRow] = []
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -176,6 +199,8 @@ class QuarantineTable:
             self._rows.move_to_end(row.key)
             self.by_kind[row.kind] += 1
             new.append(row)
+            if len(self._unexported) < MAX_UNEXPORTED:
+                self._unexported.append(row)
             log.warning("quarantined %s row %s (%s): %s",
                         row.source, row.shown_id, row.kind, row.reason)
         while len(self._rows) > self.max_entries:
@@ -194,3 +219,30 @@ class QuarantineTable:
         return {"total": sum(self.by_kind.values()), "by_kind": dict(self.by_kind),
                 "held": len(self._rows), "released": self.released,
                 "forgotten": self.forgotten}
+
+    def take_unexported(self) -> list[BadRow]:
+        """Rows counted since the last call: for the metric and the Parquet dataset."""
+        rows, self._unexported = self._unexported, []
+        return rows
+
+
+def to_table(rows: Sequence[BadRow]) -> pa.Table:
+    return pa.table({
+        "driver_id": [r.shown_id for r in rows],
+        "kind": [r.kind for r in rows],
+        "reason": [r.reason for r in rows],
+        "source": [r.source for r in rows],
+        "fingerprint": [r.fingerprint for r in rows],
+        "seen_at": pa.array([int(r.seen_at * 1_000_000) for r in rows], pa.int64()).cast(
+            SCHEMA.field("seen_at").type),
+    }, schema=SCHEMA)
+
+
+def writer(data_dir: str, *, name: str, rollover_rows: int, rollover_s: float) -> ResultWriter:
+    """A rolling writer of quarantined rows to ``<data-dir>/quarantine/``."""
+    return ResultWriter(data_dir, name=name, rollover_rows=rollover_rows,
+                        rollover_s=rollover_s, subdir=QUARANTINE_DIR, to_table=to_table)
+
+
+def read(data_dir: str) -> pa.Table:
+    return read_dataset(data_dir, QUARANTINE_DIR, SCHEMA)
