@@ -28,7 +28,6 @@ from pydantic import ValidationError
 
 from driver_review.catalog.models import DriverSummary
 from driver_review.identifiers import (
-    MAX_ID_CHARS,
     id_problem,
     shown,
     time_problem,
@@ -57,7 +56,6 @@ SCHEMA = pa.schema([
 #: Bad rows the orchestrator remembers; the oldest is forgotten first (and, if it comes
 #: back unchanged, counted again: the only cost of the bound).
 MAX_QUARANTINED = 10_000
-_KEY_CHARS = 4 * MAX_ID_CHARS  # a longer "id" is keyed by its fingerprint instead
 _FIELD_KINDS = {"id": "bad_id", "version": "bad_version", "updated_at": "bad_time",
                 "status": "bad_status", "stage": "unknown_stage"}
 
@@ -67,7 +65,7 @@ class BadRow:
     """One row refused alone. ``driver_id`` is set only when the id itself is usable
     (then the record can be fetched by id, and the row released by a good one)."""
 
-    key: str  # what the quarantine table keys it by: the id as sent, or '#<fingerprint>'
+    key: str  # what the quarantine table keys it by: the usable id, else '#<fingerprint>'
     driver_id: str | None
     shown_id: str  # safe to log and store
     kind: str
@@ -92,7 +90,8 @@ def bad_row(raw: Any, kind: str, reason: str, *, source: str, seen_at: float,
         raw_id = raw.get("id") if isinstance(raw, dict) else getattr(raw, "id", None)
     fp = fingerprint(raw)
     usable = raw_id if id_problem(raw_id) is None else None
-    key = raw_id if isinstance(raw_id, str) and len(raw_id) <= _KEY_CHARS else f"#{fp}"
+    # An unusable id ('..', 17) may be shared by many drivers' rows: keyed by content.
+    key = usable if usable is not None else f"#{fp}"
     return BadRow(
         key=key, driver_id=usable, shown_id=shown(raw_id) if raw_id is not None else "(no id)",
         kind=kind, reason=" ".join(reason.split()), source=source, fingerprint=fp,

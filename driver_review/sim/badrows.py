@@ -4,8 +4,9 @@ is unchanged. A bad row is a rendering of a good driver: ``GET /v1/drivers/{id}`
 answers the good record, so a client resolves every bad row whose id is intact; only
 ``dot_id`` rows (the id itself is ``..``) cannot be resolved.
 
-Which rows and how is a pure function of (seed, driver id, updated_at): the same
-unchanged row is rendered the same way on every read, and a changed row is drawn again.
+Which rows and how is a pure function of the seed and the row's content apart from its
+time (id, version, stage, status): the same unchanged row is rendered the same way on every
+read, a changed row is drawn again, and a run is the same whenever it starts.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class BadRows:
     def kind_of(self, summary: DriverSummary) -> str | None:
         if self.share <= 0:
             return None
-        key = f"{self.seed}/{summary.id}/{summary.updated_at.isoformat()}".encode()
+        key = "/".join(map(str, (self.seed, summary.id, summary.version, summary.stage,
+                                  summary.status))).encode()
         h = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
         if (h % _SCALE) / _SCALE >= self.share:
             return None
