@@ -43,6 +43,10 @@ class CatalogConfig(_Strict):
     backoff_max_s: PositiveFloat = 10.0
     page_size: Annotated[int, Field(gt=0, le=1000)] = 500
     max_connections: PositiveInt = 64
+    # Byte caps on response bodies: a body over its cap is an error, read no further.
+    max_page_bytes: PositiveInt = 16 * 1024 * 1024  # listing and changes pages
+    max_record_bytes: PositiveInt = 1024 * 1024  # driver records and other JSON answers
+    max_package_bytes: PositiveInt = 256 * 1024 * 1024  # driver packages
 
 
 class GovernorConfig(_Strict):

@@ -12,6 +12,7 @@
         ├── Conflict                409: the decision is for a version or stage that is no
         │                           longer current (the driver moved on: not an error to retry)
         ├── BadRequest              other 4xx: our request was wrong; retrying cannot help
+        ├── ResponseTooLarge        a body over its route's byte cap (read no further)
         └── RetryableError          worth trying again; carries ``retry_after_s`` (or None)
             ├── RateLimited         429, with the server's Retry-After when it sent one
             ├── ServerError         5xx
@@ -70,6 +71,10 @@ class Conflict(CatalogError):
 
 class BadRequest(CatalogError):
     """A 4xx other than 404/409/429: the request itself is wrong."""
+
+
+class ResponseTooLarge(CatalogError):
+    """A response body over the byte cap of its route; retrying would only read it again."""
 
 
 class RetryableError(CatalogError):

@@ -82,7 +82,9 @@ def time_problem(
     if epoch_s < 0:
         return "time is before 1970"
     if epoch_s > now + max_future_s:
-        return f"time is {epoch_s - now:.0f} s in the future (allowance {max_future_s:.0f} s)"
+        ahead = epoch_s - now
+        shown_s = f"{ahead:.0f}" if ahead < 1e12 else f"{ahead:.3g}"  # 1e300: one short line
+        return f"time is {shown_s} s in the future (allowance {max_future_s:.0f} s)"
     return None
 
 

@@ -19,7 +19,12 @@ from enum import IntEnum
 import numpy as np
 import pyarrow as pa
 
-VERSION_BYTES = 32  # versions longer than this are refused at intake, not truncated
+from driver_review.identifiers import MAX_VERSION_BYTES, shown
+
+#: Width of the version columns. A longer version is refused (``observe`` raises), never
+#: cut: numpy would silently truncate it and the driver would loop at a version that
+#: does not exist.
+VERSION_BYTES = MAX_VERSION_BYTES
 
 
 class Status(IntEnum):
@@ -64,6 +69,11 @@ _COLUMNS: dict[str, np.dtype] = {
     # so its reviewer asks the catalog first (a conditional GET) instead of trusting cache.
     "restored": np.dtype(np.int8),
 }
+
+
+def _fits(version: str) -> None:
+    if len(version.encode()) > VERSION_BYTES:
+        raise ValueError(f"version {shown(version)} is longer than {VERSION_BYTES} bytes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +150,10 @@ class Ledger:
         """Record a change; True when it is news (newer than what the ledger holds).
 
         Older or equal news is ignored, which is what makes re-polling after a restart and
-        duplicated pings harmless.
+        duplicated pings harmless. A version wider than the column raises ``ValueError``
+        before anything is stored.
         """
+        _fits(change.version)
         row = self._row_for(change.driver_id)
         c = self._cols
         known = c["changed_at"][row]
@@ -193,6 +205,7 @@ class Ledger:
         retry_backoff_s: float = 0.0,
     ) -> None:
         """Record a decision; an error arms ``retry_at`` with a growing backoff."""
+        _fits(version)
         c = self._cols
         c["reviewed_at"][row] = reviewed_at
         if verdict == Verdict.CONFIRMED:  # a re-review of a final state changes nothing else

@@ -24,6 +24,7 @@ Flow of one driver::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -41,15 +42,16 @@ import pyarrow as pa
 from driver_review.backlog import ITEM_SCHEMA, Lane, StageBacklog
 from driver_review.config import PipelineConfig
 from driver_review.errors import IntakeFull
+from driver_review.identifiers import id_problem, time_problem, version_problem
 from driver_review.ledger import (
     NO_STAGE,
-    VERSION_BYTES,
     Change,
     Ledger,
     Status,
     Verdict,
     Work,
 )
+from driver_review.quarantine import BadRow, QuarantineTable, bad_row
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ class ItemResult:
     stage: str
     verdict: Verdict
     after: Change | None = None
+    bad: BadRow | None = None  # what the worker fetched or was answered cannot be taken
 
 
 @dataclass(slots=True)
@@ -143,6 +146,10 @@ class OrchestratorCore:
         self._bucket = _Bucket(self._bucket_start(clock()))
         self._history: deque[_Bucket] = deque(maxlen=WINDOW_HISTORY)
         self.counters = _Counters()
+        # Bad rows set aside, and the ledger rows of their drivers: a parked row is not
+        # queued and does not hold up quiescence until a good change releases it.
+        self.quarantine = QuarantineTable()
+        self._parked: set[int] = set()
         #: Catalog time up to which every change is in the ledger ("changes since" resumes
         #: here). Only the poller moves it, and only after intake held what it read.
         self.watermark = 0.0
@@ -187,17 +194,32 @@ class OrchestratorCore:
         self._bucket.events += len(changes)
         touched: dict[int, None] = {}
         for ch in changes:
-            problem = _invalid(ch, len(self.stages))
+            problem = _invalid(ch, len(self.stages), now)
             if problem:
                 # One bad record must not block the batch it came in (a poll would retry
-                # it forever): it is refused alone, counted and logged.
+                # it forever): it is refused alone, counted and logged once.
                 self.counters.invalid += 1
-                log.warning("change refused: %s", problem)
+                self.quarantine_rows([bad_row(dataclasses.asdict(ch), *problem, source="intake",
+                                              seen_at=now, raw_id=ch.driver_id)])
                 continue
+            self._release(ch.driver_id)
             if self.ledger.observe(ch):
                 self._bucket.news += 1
                 touched[self.ledger.row(ch.driver_id)] = None
         return self._enqueue(list(touched), lane, now)
+
+    def quarantine_rows(self, rows: Sequence[BadRow]) -> list[BadRow]:
+        """Set bad rows aside; returns those not held before (to log, count and write).
+        A driver already in the ledger is parked until a good change releases it."""
+        new = self.quarantine.add(rows)
+        for row in rows:
+            if row.driver_id is not None and row.driver_id in self.ledger:
+                self._parked.add(self.ledger.row(row.driver_id))
+        return new
+
+    def _release(self, driver_id: str) -> None:
+        if self.quarantine.release(driver_id) is not None and driver_id in self.ledger:
+            self._parked.discard(self.ledger.row(driver_id))
 
     def requeue_rows(self, rows: np.ndarray | Sequence[int], lane: Lane) -> int:
         """Queue work for rows that need it (outer loop, retries)."""
@@ -207,6 +229,8 @@ class OrchestratorCore:
         by_stage: dict[int, list[int]] = {}
         ledger = self.ledger
         for row in rows:
+            if row in self._parked:
+                continue
             if ledger.work_of(row) != Work.IDLE:
                 self._bucket.coalesced += 1  # its pending item will review the newest state
                 continue
@@ -306,8 +330,19 @@ class OrchestratorCore:
                 )
                 name = out.verdict.name.lower()
                 self.counters.verdicts[name] = self.counters.verdicts.get(name, 0) + 1
-            if out.after is not None:
-                ledger.observe(out.after)
+            after: Change | BadRow | None = out.after
+            if after is not None:
+                problem = _invalid(after, len(self.stages), now)
+                if problem:  # e.g. a version too long for the ledger: refused, never cut
+                    after = bad_row(dataclasses.asdict(after), *problem, source="report",
+                                    seen_at=now, raw_id=after.driver_id)
+            if out.bad is not None:
+                after = out.bad
+            if isinstance(after, BadRow):
+                self.quarantine_rows([after])
+            elif after is not None:
+                self._release(after.driver_id)
+                ledger.observe(after)
         if lease is not None:
             # Follow approvals to the next stage at once; rows the worker did not report on
             # are still pending and go back too. Errored rows wait for their retry time.
@@ -365,7 +400,7 @@ class OrchestratorCore:
         by_stage: dict[int, list[int]] = {}
         for row in rows:
             r = int(row)
-            if self.ledger.work_of(r) != Work.IDLE:
+            if self.ledger.work_of(r) != Work.IDLE or r in self._parked:
                 continue
             stage = self.ledger.target(r)[1]
             if stage == NO_STAGE:
@@ -432,7 +467,10 @@ class OrchestratorCore:
         if self._leases or self.queued():
             return False
         c = self.ledger.counts()
-        return c["queued"] == 0 and c["leased"] == 0 and len(self.ledger.pending_rows()) == 0
+        pending = self.ledger.pending_rows()
+        if self._parked:
+            pending = np.setdiff1d(pending, np.fromiter(self._parked, np.int64))
+        return c["queued"] == 0 and c["leased"] == 0 and len(pending) == 0
 
     def stats(self) -> dict[str, Any]:
         now = self.clock()
@@ -458,6 +496,7 @@ class OrchestratorCore:
             "oldest_review_age_s": self.ledger.oldest_review_age(now),
             "high_water": self.window.high_water,
             "watermark": self.watermark,
+            "quarantined": {**self.quarantine.stats(), "parked": len(self._parked)},
             "counters": {
                 "intake_calls": self.counters.intake_calls,
                 "events": self.counters.events,
@@ -472,14 +511,28 @@ class OrchestratorCore:
         }
 
 
-def _invalid(ch: Change, stages: int) -> str:
+def _invalid(ch: Change, stages: int, now: float) -> tuple[str, str] | None:
+    """``(kind, reason)`` why a change cannot enter the ledger, or None."""
+    for name, value in (("stage", ch.stage), ("status", ch.status), ("changed_at", ch.changed_at)):
+        # Changes come from our own conversions, but a wrong type here would raise
+        # inside the ledger and refuse the whole batch.
+        if isinstance(value, bool) or not isinstance(value, int | float) or (
+                name != "changed_at" and not isinstance(value, int)):
+            return "wrong_type", f"{name} is {type(value).__name__}"
+    if ch.status not in Status.__members__.values():
+        return "bad_status", f"status {ch.status} is not a known status"
+    problem = id_problem(ch.driver_id)
+    if problem:
+        return "bad_id", problem
+    problem = version_problem(ch.version)  # the ledger's column width (VERSION_BYTES)
+    if problem:
+        return "bad_version", problem
     if ch.stage != NO_STAGE and not 0 <= ch.stage < stages:
-        return f"{ch.driver_id}: stage index {ch.stage} out of range"
-    if len(ch.version.encode()) > VERSION_BYTES:
-        return f"{ch.driver_id}: version longer than {VERSION_BYTES} bytes"
-    if not ch.driver_id:
-        return "empty driver id"
-    return ""
+        return "unknown_stage", f"stage index {ch.stage} out of range"
+    problem = time_problem(ch.changed_at, now)
+    if problem:
+        return "bad_time", problem
+    return None
 
 
 def change_of(stage_names: Sequence[str], summary: Any) -> Change:

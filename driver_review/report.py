@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
+from driver_review import quarantine
 from driver_review.results import read_results
 
 
@@ -40,6 +41,23 @@ def build_report(data_dir: str) -> dict[str, Any]:
         "intake_to_decision_s": latency_summary(waited_s),
         "first_reviewed_at": first.isoformat() if first else None,
         "last_reviewed_at": last.isoformat() if last else None,
+        "quarantined": quarantine_summary(data_dir),
+    }
+
+
+def quarantine_summary(data_dir: str) -> dict[str, Any]:
+    """What ``<data-dir>/quarantine/`` holds: rows set aside, by kind and source, and the
+    newest few (ids as shown safely when they were set aside)."""
+    table = quarantine.read(data_dir)
+    rows = table.to_pylist()
+    rows.sort(key=lambda r: r["seen_at"], reverse=True)
+    return {
+        "rows": len(rows),
+        "by_kind": dict(Counter(r["kind"] for r in rows)),
+        "by_source": dict(Counter(r["source"] for r in rows)),
+        "latest": [{"driver_id": r["driver_id"], "kind": r["kind"], "reason": r["reason"],
+                    "source": r["source"], "seen_at": r["seen_at"].isoformat()}
+                   for r in rows[:10]],
     }
 
 
@@ -65,4 +83,10 @@ def format_report(report: dict[str, Any]) -> list[str]:
     if report["top_reasons"]:
         lines.append("  checks behind rejections/errors: " +
                      ", ".join(f"{c} {n}" for c, n in report["top_reasons"].items()))
+    q = report.get("quarantined") or {}
+    if q.get("rows"):
+        lines.append(f"  quarantined: {q['rows']} rows in {report['data_dir']}/quarantine/ ("
+                     + ", ".join(f"{k} {n}" for k, n in sorted(q["by_kind"].items())) + ")")
+        for r in q["latest"][:5]:
+            lines.append(f"    {r['driver_id']} {r['kind']} from {r['source']}: {r['reason']}")
     return lines

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -100,21 +101,26 @@ class ResultWriter:
         rollover_rows: int,
         rollover_s: float,
         clock: Callable[[], float] = time.monotonic,
+        subdir: str = REVIEWS_DIR,
+        to_table: Callable[[Sequence[Any]], pa.Table] = _table,
     ) -> None:
+        # ``subdir``/``to_table``: the same rolling, atomic writer serves other datasets
+        # beside the reviews (the quarantine's, see :mod:`driver_review.quarantine`).
         self.fs, root = resolve(data_dir)
-        self.dir = f"{root.rstrip('/')}/{REVIEWS_DIR}"
+        self.dir = f"{root.rstrip('/')}/{subdir}"
+        self._to_table = to_table
         self.fs.create_dir(self.dir, recursive=True)
         self.name = name.replace("/", "-").replace(":", "-")
         self.rollover_rows = rollover_rows
         self.rollover_s = rollover_s
         self.clock = clock
-        self._rows: list[ResultRow] = []
+        self._rows: list[Any] = []
         self._opened_at = clock()
         self.files = 0
         self.rows_written = 0
         self._local = isinstance(self.fs, pafs.LocalFileSystem)
 
-    def add(self, rows: Sequence[ResultRow]) -> None:
+    def add(self, rows: Sequence[Any]) -> None:
         if not self._rows:
             self._opened_at = self.clock()
         self._rows.extend(rows)
@@ -129,7 +135,7 @@ class ResultWriter:
             return None
         rows, self._rows = self._rows, []
         path = f"{self.dir}/part-{self.name}-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet"
-        table = _table(rows)
+        table = self._to_table(rows)
         if self._local:
             tmp = f"{self.dir}/.tmp-{uuid.uuid4().hex}"
             pq.write_table(table, tmp, filesystem=self.fs)
@@ -147,13 +153,18 @@ class ResultWriter:
 
 def read_results(data_dir: str) -> pa.Table:
     """Every decision row written so far (empty table with the schema when none)."""
+    return read_dataset(data_dir, REVIEWS_DIR, SCHEMA)
+
+
+def read_dataset(data_dir: str, subdir: str, schema: pa.Schema) -> pa.Table:
+    """Every row of one dataset under ``<data-dir>/<subdir>/`` (empty when none)."""
     fs, root = resolve(data_dir)
-    path = f"{root.rstrip('/')}/{REVIEWS_DIR}"
+    path = f"{root.rstrip('/')}/{subdir}"
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
-        return SCHEMA.empty_table()
+        return schema.empty_table()
     dataset = ds.dataset(
-        path, filesystem=fs, format="parquet", schema=SCHEMA,
+        path, filesystem=fs, format="parquet", schema=schema,
         exclude_invalid_files=False, ignore_prefixes=[".tmp-", "."],
     )
     return dataset.to_table()

@@ -22,7 +22,7 @@ from driver_review.backlog import Lane
 from driver_review.config import PipelineConfig
 from driver_review.errors import IntakeFull
 from driver_review.ledger import Change
-from driver_review.orchestrator import change_of
+from driver_review.quarantine import BadRow, taken
 from driver_review.runtime.clients import make_catalog
 from driver_review.runtime.names import ActorRef, connect
 from driver_review.runtime.pool import merge_calls, merge_counts
@@ -96,14 +96,21 @@ async def _sweep(config: PipelineConfig, options: SweepOptions, progress: Progre
     timed_out = False
     try:
         chunk: list[Change] = []
+        bad: list[BadRow] = []
         async for summary in catalog.iter_drivers():
-            chunk.append(change_of(config.stage_names, summary))
             listed += 1
+            item = taken(config.stage_names, summary, now=time.time(), source="listing")
+            if isinstance(item, BadRow):  # set aside alone; the sweep goes on
+                bad.append(item)
+                continue
+            chunk.append(item)
             if len(chunk) >= INTAKE_CHUNK:
                 await _intake(system.orchestrator, chunk, deadline)
                 chunk = []
         if chunk:
             await _intake(system.orchestrator, chunk, deadline)
+        if bad:
+            await system.orchestrator.call("quarantine", bad)
         while not await system.orchestrator.call("quiescent"):
             if time.monotonic() > deadline:
                 timed_out = True
@@ -114,10 +121,12 @@ async def _sweep(config: PipelineConfig, options: SweepOptions, progress: Progre
         wall_s = time.monotonic() - started
     finally:
         listing_calls = catalog.stats().get("calls", {})
+        listing_rows = catalog.stats().get("rows", {})
         await catalog.aclose()
         final = await stop_system(system)
     return summarize(final, listed=listed, wall_s=wall_s, listing_calls=listing_calls,
-                     instance=instance, data_dir=options.data_dir, timed_out=timed_out)
+                     instance=instance, data_dir=options.data_dir, timed_out=timed_out,
+                     listing_rows=listing_rows)
 
 
 async def _report_progress(system: System, progress: Progress, listed: int, started: float,
@@ -130,7 +139,7 @@ async def _report_progress(system: System, progress: Progress, listed: int, star
 
 def summarize(final: dict[str, Any], *, listed: int, wall_s: float,
               listing_calls: dict[str, dict[str, int]], instance: str, data_dir: str,
-              timed_out: bool) -> dict[str, Any]:
+              timed_out: bool, listing_rows: dict[str, Any] | None = None) -> dict[str, Any]:
     calls: dict[str, dict[str, int]] = {}
     merge_calls(calls, listing_calls)
     merge_calls(calls, final.get("cache", {}).get("calls", {}))
@@ -153,6 +162,12 @@ def summarize(final: dict[str, Any], *, listed: int, wall_s: float,
         "final_states": {k: ledger.get(k, 0) for k in ("published", "rejected", "in_review")},
         "unresolved": ledger.get("in_review", 0) if timed_out else 0,
         "timed_out": timed_out,
+        # Bad rows set aside (by kind), and bad listing rows whose record by id was good.
+        "quarantined": {
+            **{k: v for k, v in orch.get("quarantined", {}).items()
+               if k in ("total", "by_kind", "parked")},
+            "resolved": sum((listing_rows or {}).get("resolved", {}).values()),
+        },
         "external_calls": calls,
         "external_calls_total": total_calls,
         "rate_limited_share": rate_limited / total_calls if total_calls else 0.0,
@@ -175,5 +190,10 @@ def format_summary(summary: dict[str, Any], write: Callable[[str], Any] = print)
     c = summary["cache"]
     write(f"  cache:     {c['hits']} hits, {c['misses']} misses, {c['fetches']} fetches")
     write(f"  results:   {summary['data_dir']}/reviews/")
+    q = summary.get("quarantined") or {}
+    if q.get("total") or q.get("resolved"):
+        write(f"  quarantined: {q.get('total', 0)} rows set aside ("
+              + ", ".join(f"{k} {v}" for k, v in sorted(q.get("by_kind", {}).items()))
+              + f"); {q.get('resolved', 0)} bad rows resolved by id")
     if summary["timed_out"]:
         write(f"  TIMED OUT with {summary['unresolved']} drivers unresolved")

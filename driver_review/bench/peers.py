@@ -35,6 +35,7 @@ from driver_review.bench.common import (
 from driver_review.bench.peer_review import review_sync
 from driver_review.bench.utilization import measure_sweep, sim_settings
 from driver_review.catalog.http import HttpCatalog
+from driver_review.catalog.models import DriverSummary
 from driver_review.config import CatalogConfig
 from driver_review.sim import SimServer
 
@@ -70,7 +71,8 @@ def _in_review(url: str) -> list[str]:
     async def listing() -> list[str]:
         catalog = HttpCatalog(CatalogConfig(url=url, max_attempts=20))
         try:
-            return [s.id async for s in catalog.iter_drivers() if s.status == "in_review"]
+            return [s.id async for s in catalog.iter_drivers()
+                    if isinstance(s, DriverSummary) and s.status == "in_review"]
         finally:
             await catalog.aclose()
 

@@ -18,6 +18,7 @@ from driver_review.catalog.models import (
     DriverSummary,
     Page,
 )
+from driver_review.quarantine import BadRow
 
 
 class Limiter(Protocol):
@@ -36,12 +37,14 @@ class Limiter(Protocol):
 class Catalog(Protocol):
     async def list_page(self, *, cursor: str | None = None) -> Page: ...
 
-    def iter_drivers(self) -> AsyncIterator[DriverSummary]:
-        """Every driver, following cursors to the end."""
+    def iter_drivers(self) -> AsyncIterator[DriverSummary | BadRow]:
+        """Every driver, following cursors to the end. A row that cannot be taken comes
+        as a :class:`BadRow` in its place (the page goes on)."""
         ...
 
-    def changes_since(self, since: datetime) -> AsyncIterator[DriverSummary]:
-        """Drivers changed after ``since``, in change-time order, following cursors."""
+    def changes_since(self, since: datetime) -> AsyncIterator[DriverSummary | BadRow]:
+        """Drivers changed after ``since``, in change-time order, following cursors; bad
+        rows as :class:`BadRow`, like ``iter_drivers``."""
         ...
 
     async def get_driver(

@@ -13,7 +13,15 @@ Per call, up to ``CatalogConfig.max_attempts`` attempts, each preceded by a perm
 - 5xx, timeouts, resets, truncated bodies, malformed bodies: exponential backoff with full
   jitter (a ``Retry-After`` on a 5xx is honoured too);
 - 404 → :class:`NotFound`, 409 → :class:`Conflict`, other 4xx → :class:`BadRequest`:
-  raised at once, retrying cannot help.
+  raised at once, retrying cannot help;
+- a body over the route's byte cap (``max_page_bytes``, ``max_record_bytes``,
+  ``max_package_bytes``) → :class:`ResponseTooLarge`, read no further than the cap.
+
+Listing and changes pages are taken row by row: a page whose envelope (``items``,
+``next_cursor``) is fine yields each good row as a ``DriverSummary`` and each bad one as a
+:class:`~driver_review.quarantine.BadRow` (never failing the page). A bad row whose id is
+usable is resolved first: its record is fetched by id, and when that record is good it is
+yielded instead.
 
 When attempts run out (or the server asks for a wait longer than ``max_retry_wait_s``)
 the last error is raised; it is a :class:`RetryableError` carrying ``retry_after_s``.
@@ -23,10 +31,12 @@ The decision PUT is idempotent, so it is retried like the reads.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json as jsonlib
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -52,10 +62,13 @@ from driver_review.errors import (
     MalformedResponse,
     NotFound,
     RateLimited,
+    ResponseTooLarge,
     RetryableError,
     ServerError,
     TransportError,
 )
+from driver_review.identifiers import shown
+from driver_review.quarantine import BadRow, bad_row, model_problem, summary_problem
 from driver_review.retry import Backoff, parse_retry_after
 
 # Route templates: the names of calls in stats, metrics and error messages.
@@ -93,8 +106,13 @@ class HttpCatalog:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         max_retry_wait_s: float = MAX_RETRY_WAIT_S,
+        stages: Collection[str] | None = None,
     ) -> None:
         self.config = config
+        # The pipeline's stages: a row at another stage is bad (and resolved by id) here.
+        self._stages = list(stages) if stages is not None else None
+        self._caps = {LIST: config.max_page_bytes, CHANGES: config.max_page_bytes,
+                      PACKAGE: config.max_package_bytes}
         self._limiter = limiter
         self._on_response = on_response
         self._sleep = sleep
@@ -114,6 +132,8 @@ class HttpCatalog:
         )
         self._calls: dict[str, Counter[str]] = {}
         self._n = Counter[str]()
+        self._bad = Counter[str]()  # bad rows yielded, by kind
+        self._resolved = Counter[str]()  # bad rows replaced by their good record, by kind
 
     # --- the Catalog interface ------------------------------------------------------------
 
@@ -123,11 +143,11 @@ class HttpCatalog:
             params["cursor"] = cursor
         return await self._call(LIST, "GET", "/v1/drivers", params=params, parse=_model(Page))
 
-    async def iter_drivers(self) -> AsyncIterator[DriverSummary]:
+    async def iter_drivers(self) -> AsyncIterator[DriverSummary | BadRow]:
         async for item in self._pages(LIST, "/v1/drivers", {}):
             yield item
 
-    async def changes_since(self, since: datetime) -> AsyncIterator[DriverSummary]:
+    async def changes_since(self, since: datetime) -> AsyncIterator[DriverSummary | BadRow]:
         if since.tzinfo is None:
             raise BadRequest(f"{CHANGES}: since must be timezone-aware, got {since}", route=CHANGES)
         stamp = since.astimezone(UTC).isoformat().replace("+00:00", "Z")
@@ -202,29 +222,61 @@ class HttpCatalog:
         await self._client.aclose()
 
     def stats(self) -> dict[str, Any]:
-        """``calls``: per route template, responses by status (or error kind); totals."""
-        return {"calls": {r: dict(c) for r, c in self._calls.items()}, **self._n}
+        """``calls``: per route template, responses by status (or error kind); totals;
+        ``rows``: bad rows yielded and bad rows resolved by id, by kind."""
+        return {"calls": {r: dict(c) for r, c in self._calls.items()}, **self._n,
+                "rows": {"bad": dict(self._bad), "resolved": dict(self._resolved)}}
 
     # --- machinery ------------------------------------------------------------------------
 
     async def _pages(
         self, route: str, path: str, params: dict[str, str]
-    ) -> AsyncIterator[DriverSummary]:
+    ) -> AsyncIterator[DriverSummary | BadRow]:
+        source = "listing" if route == LIST else "changes"
         cursor: str | None = None
         seen: set[str] = set()
         while True:
             query = {**params, "limit": str(self.config.page_size)}
             if cursor is not None:
                 query["cursor"] = cursor
-            page = await self._call(route, "GET", path, params=query, parse=_model(Page))
-            for item in page.items:
-                yield item
-            if page.next_cursor is None:
+            items, next_cursor = await self._call(route, "GET", path, params=query,
+                                                  parse=_envelope)
+            for raw in items:
+                now = self._wall_clock()
+                problem = summary_problem(raw, now=now, stages=self._stages)
+                if problem is None:
+                    yield DriverSummary.model_validate(raw)
+                else:
+                    yield await self._resolve(bad_row(raw, *problem, source=source, seen_at=now))
+            if next_cursor is None:
                 return
-            if page.next_cursor in seen:  # a loop would page forever
+            if next_cursor in seen:  # a loop would page forever
                 raise MalformedResponse(f"{route}: next_cursor repeats", route=route)
-            seen.add(page.next_cursor)
-            cursor = page.next_cursor
+            seen.add(next_cursor)
+            cursor = next_cursor
+
+    async def _resolve(self, bad: BadRow) -> DriverSummary | BadRow:
+        """The good record of a bad row's driver, as a summary; else the bad row.
+
+        A failure the next poll may not see (5xx, 429, timeouts) propagates, so the poll
+        ends without moving the watermark; a missing or malformed record quarantines."""
+        if bad.driver_id is None:
+            self._bad[bad.kind] += 1
+            return bad
+        try:
+            record, _ = await self.get_driver(bad.driver_id)
+        except (NotFound, BadRequest, MalformedResponse, ResponseTooLarge) as exc:
+            record, why = None, f"record by id: {type(exc).__name__}"
+        else:
+            problem = None if record is None else model_problem(
+                record, now=self._wall_clock(), stages=self._stages)
+            why = f"record by id: {problem[1]}" if problem else ""
+        if record is None or why:
+            self._bad[bad.kind] += 1
+            return dataclasses.replace(bad, reason=f"{bad.reason}; {why}")
+        self._resolved[bad.kind] += 1
+        return DriverSummary(id=record.id, version=record.version, stage=record.stage,
+                             status=record.status, updated_at=record.updated_at)
 
     async def _call(
         self,
@@ -246,9 +298,10 @@ class HttpCatalog:
                 await self._limiter.acquire()
             started = self._clock()
             try:
-                resp = await self._client.request(
-                    method, path, params=params, json=json, headers=headers
-                )
+                resp = await self._send(route, method, path, params, json, headers)
+            except ResponseTooLarge:
+                self._record(route, "too_large", self._clock() - started)
+                raise
             except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
                 err = _from_httpx(exc, f"{what}: {{}} {of}", route)
                 err.__cause__ = exc
@@ -274,6 +327,37 @@ class HttpCatalog:
             self._n["retries"] += 1
             await self._sleep(delay_s)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _send(
+        self, route: str, method: str, path: str, params: Mapping[str, str] | None,
+        json: Any, headers: Mapping[str, str] | None,
+    ) -> httpx.Response:
+        """The response with its body read, but never more than the route's byte cap."""
+        cap = self._caps.get(route, self.config.max_record_bytes)
+        request = self._client.build_request(
+            method, path, params=params, json=json, headers=headers)
+        resp = await self._client.send(request, stream=True)
+        try:
+            declared = resp.headers.get("content-length", "")
+            over = declared.isdigit() and int(declared) > cap
+            parts: list[bytes] = []
+            size = 0
+            if not over:
+                async for chunk in resp.aiter_bytes():  # decoded: a gzip bomb stops too
+                    size += len(chunk)
+                    if size > cap:
+                        over = True
+                        break
+                    parts.append(chunk)
+            if over:
+                raise ResponseTooLarge(
+                    f"{method} {path}: body over the {cap}-byte cap of {route}",
+                    status=resp.status_code, route=route)
+            # What ``aread`` does itself: the body is held, ``resp.content`` reads it.
+            resp._content = b"".join(parts)
+        finally:
+            await resp.aclose()
+        return resp
 
     def _answer(
         self,
@@ -315,6 +399,20 @@ class HttpCatalog:
             self._on_response(route, int(outcome) if outcome.isdigit() else None, elapsed_s)
 
 
+def _envelope(resp: httpx.Response, what: str) -> tuple[list[Any], str | None]:
+    """A page's ``items`` (raw rows, each judged alone) and ``next_cursor``."""
+    try:
+        body = jsonlib.loads(resp.content)
+    except ValueError as exc:
+        raise MalformedResponse(f"{what}: body is not JSON") from exc
+    if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+        raise MalformedResponse(f"{what}: body is not a page (no items list)")
+    cursor = body.get("next_cursor")
+    if cursor is not None and not isinstance(cursor, str):
+        raise MalformedResponse(f"{what}: next_cursor is {type(cursor).__name__}")
+    return body["items"], cursor
+
+
 def _model(model: type[M]) -> Callable[[httpx.Response, str], M]:
     def parse(resp: httpx.Response, what: str) -> M:
         try:
@@ -330,7 +428,10 @@ def _model(model: type[M]) -> Callable[[httpx.Response, str], M]:
 
 
 def _seg(value: str) -> str:
-    """One path segment: an id with ``/`` or ``?`` in it must not change the route."""
+    """One path segment: an id with ``/`` or ``?`` in it must not change the route, and
+    ``.``/``..`` (which quoting leaves as they are) are refused before any request."""
+    if value in (".", "..") or not value:
+        raise BadRequest(f"{shown(value)} cannot be a path segment")
     return quote(value, safe="")
 
 

@@ -48,11 +48,12 @@ def _placement(config: PipelineConfig) -> dict[str, Any]:
 
 def orchestrator(
     config: PipelineConfig, instance: str, *, outer_loop: bool = True,
-    data_dir: str | None = None,
+    data_dir: str | None = None, results_dir: str | None = None,
 ) -> Any:
     return Orchestrator.options(
         name=actor_name(instance, "orchestrator"), **_SERVICE, **_placement(config)
-    ).remote(config, instance=instance, outer_loop=outer_loop, data_dir=data_dir)
+    ).remote(config, instance=instance, outer_loop=outer_loop, data_dir=data_dir,
+             results_dir=results_dir)
 
 
 def governor(config: PipelineConfig, instance: str) -> Any:

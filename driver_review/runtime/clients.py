@@ -22,5 +22,6 @@ def make_catalog(config: PipelineConfig, instance: str) -> tuple[HttpCatalog, Re
     limiter = RemoteLimiter(
         governor, endpoint_key(config.catalog.url), batch=config.governor.lease_size
     )
-    catalog = HttpCatalog(config.catalog, limiter=limiter, on_response=call_recorder(instance))
+    catalog = HttpCatalog(config.catalog, limiter=limiter, on_response=call_recorder(instance),
+                          stages=config.stage_names)
     return catalog, limiter

@@ -44,6 +44,13 @@ def decisions() -> m.Counter:
 
 
 @cache
+def quarantined() -> m.Counter:
+    return m.Counter("driver_review_quarantined_total",
+                     "Bad catalog rows set aside (each distinct row once), by kind",
+                     tag_keys=("instance", "kind"))
+
+
+@cache
 def external_calls() -> m.Counter:
     return m.Counter("driver_review_external_calls", "Catalog calls by route and status",
                      tag_keys=("instance", "route", "status"))

@@ -20,6 +20,8 @@ from driver_review.backlog import Lane
 from driver_review.config import PipelineConfig
 from driver_review.ledger import Change, Ledger
 from driver_review.orchestrator import ItemResult, Lease, OrchestratorCore
+from driver_review.quarantine import BadRow
+from driver_review.quarantine import writer as quarantine_writer
 from driver_review.runtime import metrics
 from driver_review.snapshot import SnapshotStore
 
@@ -31,9 +33,14 @@ TICK_S = 1.0
 class OrchestratorService:
     def __init__(
         self, config: PipelineConfig, *, instance: str, outer_loop: bool = True,
-        data_dir: str | None = None,
+        data_dir: str | None = None, results_dir: str | None = None,
     ) -> None:
         self.instance = instance
+        # Quarantined rows go to <results_dir>/quarantine/ (what `report` reads).
+        self._quarantine_out = quarantine_writer(
+            results_dir, name=f"{instance}-orchestrator",
+            rollover_rows=config.results.rollover_rows, rollover_s=config.results.rollover_s,
+        ) if results_dir else None
         # With a data dir, the ledger and watermark survive this process: a (re)start
         # resumes from the newest complete snapshot and re-queues what was pending.
         self.snapshots = SnapshotStore(data_dir, instance) if data_dir else None
@@ -65,14 +72,30 @@ class OrchestratorService:
         while True:
             await asyncio.sleep(TICK_S)
             self.core.tick(stale_slice=None if self._outer_loop else 0)
+            self._export_quarantined()
             self._signal()
             self._export_metrics()
             period = self.core.config.window.snapshot_s
             if self.snapshots and time.monotonic() - self._last_snapshot >= period:
                 await self.snapshot()
 
+    def _export_quarantined(self, flush: bool = False) -> None:
+        rows = self.core.quarantine.take_unexported()
+        for row in rows:
+            metrics.quarantined().inc(1, {"instance": self.instance, "kind": row.kind})
+        out = self._quarantine_out
+        if out is not None:
+            out.add(rows)
+            if flush or out.due():
+                out.flush()
+
+    async def quarantine(self, rows: Sequence[BadRow]) -> int:
+        """Set aside bad rows a poll or sweep read; returns how many were new."""
+        return len(self.core.quarantine_rows(rows))
+
     async def snapshot(self) -> str | None:
         """Write the ledger and watermark now (also on clean shutdown)."""
+        self._export_quarantined(flush=True)
         if self.snapshots is None:
             return None
         # Taken in one step on the event loop, so table and watermark agree; written off it.

@@ -21,8 +21,9 @@ from typing import Any
 from driver_review.backlog import Lane
 from driver_review.config import PipelineConfig
 from driver_review.errors import IntakeFull
+from driver_review.identifiers import MAX_FUTURE_SKEW_S
 from driver_review.ledger import Change
-from driver_review.orchestrator import change_of
+from driver_review.quarantine import BadRow, taken
 from driver_review.runtime.clients import make_catalog
 from driver_review.runtime.names import ActorRef, actor_name
 
@@ -46,6 +47,7 @@ class PollerService:
         self.changes_read = 0
         self.queued = 0
         self.intake_full_waits = 0
+        self.quarantined = 0  # rows set aside by this poller, new to the orchestrator
         self.last_poll: dict[str, Any] = {}
         self.failures = 0
         # Polls from the start, and again by itself after Ray restarts it.
@@ -103,18 +105,29 @@ class PollerService:
     async def _feed(self, summaries: Any, lane: Lane) -> tuple[int, float]:
         read, newest = 0, 0.0
         chunk: list[Change] = []
+        bad: list[BadRow] = []
+        source = "listing" if lane == Lane.STALE else "changes"
         # A CatalogError midway propagates: what was held stays held, and the watermark
         # does not move, so the next poll reads this window again.
         async for s in summaries:
-            chunk.append(change_of(self.config.stage_names, s))
-            newest = max(newest, chunk[-1].changed_at)
             read += 1
+            item = taken(self.config.stage_names, s, now=time.time(), source=source)
+            if isinstance(item, BadRow):
+                # Set aside alone: it neither stops the poll nor moves the watermark.
+                bad.append(item)
+                continue
+            chunk.append(item)
+            newest = max(newest, item.changed_at)
             if len(chunk) >= INTAKE_CHUNK:
                 await self._intake(chunk, lane)
                 chunk = []
         if chunk:
             await self._intake(chunk, lane)
-        return read, newest
+        if bad:  # held before the watermark moves past them
+            self.quarantined += await self.orchestrator.call("quarantine", bad)
+        # Good rows are never beyond the skew allowance; the cap keeps that true whatever
+        # a future adapter lets through, so later changes are never skipped.
+        return read, min(newest, time.time() + MAX_FUTURE_SKEW_S)
 
     async def _intake(self, chunk: list[Change], lane: Lane) -> None:
         while True:
@@ -133,6 +146,8 @@ class PollerService:
             "changes_read": self.changes_read,
             "queued": self.queued,
             "intake_full_waits": self.intake_full_waits,
+            "quarantined": self.quarantined,
+            "rows": self._catalog.stats().get("rows", {}) if self._catalog is not None else {},
             "failures": self.failures,
             "last_poll": self.last_poll,
         }

@@ -57,7 +57,7 @@ def start_system(
         actors.governor(config, instance),
         # Only the always-on service keeps snapshots; a sweep starts from nothing anyway.
         actors.orchestrator(config, instance, outer_loop=outer_loop,
-                            data_dir=data_dir if poll else None),
+                            data_dir=data_dir if poll else None, results_dir=data_dir),
         actors.cache(config, instance),
     ]
     ray.get(handles[1].ping.remote())

@@ -22,8 +22,9 @@ from driver_review.catalog.models import DecisionRequest, DriverRecord
 from driver_review.checks import build_stage_checks, context_factory, run_stage
 from driver_review.config import PipelineConfig
 from driver_review.errors import CatalogError, Conflict, NotFound
-from driver_review.ledger import Change, Status, Verdict
-from driver_review.orchestrator import ItemResult, Lease, change_of
+from driver_review.ledger import Change, Verdict
+from driver_review.orchestrator import ItemResult, Lease
+from driver_review.quarantine import BadRow, to_change
 from driver_review.results import ResultRow, ResultWriter
 from driver_review.runtime import metrics
 from driver_review.runtime.clients import make_catalog
@@ -174,10 +175,16 @@ class StageWorker:
                 return ItemResult(driver_id, version, stage, Verdict.NONE), None
             return self._error(item, started, {"fetch": error})
         record: DriverRecord = await ref[0]
+        seen = self._change(record)
+        if isinstance(seen, BadRow):
+            # A record we cannot take (unknown stage, bad version or time): decide nothing;
+            # the orchestrator sets it aside until the catalog's row changes.
+            self.counts["quarantined"] += 1
+            return self._moved(item, seen), None
         if record.version != version:
             # The catalog moved on since this item was queued: review the newest instead.
             self.counts["moved_on"] += 1
-            return ItemResult(driver_id, version, stage, Verdict.NONE, self._change(record)), None
+            return self._moved(item, seen), None
         if record.status != "in_review" and item["lane"] == Lane.STALE:
             self.counts["confirmed"] += 1
             row = self._row(item, "confirmed", {}, [], started)
@@ -186,13 +193,14 @@ class StageWorker:
             # Fresh from the catalog: this stage was decided already (after the snapshot
             # this work was restored from). Learn where the driver is; decide nothing.
             self.counts["already_decided"] += 1
-            return ItemResult(driver_id, version, stage, Verdict.NONE, self._change(record)), None
+            return self._moved(item, seen), None
         result = await run_stage(record, self.checks, self._ctx)
         checks = [
             {"name": c.name, "outcome": c.status, "reason": c.reason, "duration_s": c.duration_s}
             for c in result.checks
         ]
         after: Change | None = None
+        bad: BadRow | None = None
         verdict = result.verdict
         if verdict != "error":
             try:
@@ -201,28 +209,34 @@ class StageWorker:
                     DecisionRequest(verdict=verdict, reasons=result.reasons),
                 )
                 if answer.updated_at is not None:
-                    after = Change(
-                        driver_id, answer.version, self._stage_index(answer.stage),
-                        Status[answer.status.upper()], answer.updated_at.timestamp(),
-                    )
+                    answered = to_change(self.config.stage_names, answer, now=time.time(),
+                                         source="report")
+                    # A bad answer is reported as such: the decision stands, the driver
+                    # is set aside until the catalog's row changes.
+                    after, bad = (None, answered) if isinstance(answered, BadRow) else (
+                        answered, None)
             except Conflict:
                 # Someone moved the driver (new version, or decided elsewhere): learn where.
                 self.counts["conflict"] += 1
                 fresh = await self.cache.call("refresh", driver_id)
                 change = self._change(await fresh[0]) if fresh else None
-                return ItemResult(driver_id, version, stage, Verdict.NONE, change), None
+                return self._moved(item, change), None
             except (CatalogError, NotFound) as exc:
                 return self._error(item, started, {"decision": str(exc)}, checks)
         self.counts[verdict] += 1
         metrics.decisions().inc(1, {"instance": self.instance, "stage": stage, "verdict": verdict})
         row = self._row(item, verdict, result.reasons, checks, started)
-        return ItemResult(driver_id, version, stage, _VERDICTS[verdict], after), row
+        return ItemResult(driver_id, version, stage, _VERDICTS[verdict], after, bad), row
 
-    def _stage_index(self, stage: str | None) -> int:
-        return -1 if stage is None else self.config.stage_names.index(stage)
+    def _change(self, record: DriverRecord) -> Change | BadRow:
+        return to_change(self.config.stage_names, record, now=time.time(), source="record")
 
-    def _change(self, record: DriverRecord) -> Change:
-        return change_of(self.config.stage_names, record)
+    @staticmethod
+    def _moved(item: dict, seen: Change | BadRow | None) -> ItemResult:
+        """Nothing decided; ``seen`` is where the catalog says the driver is now."""
+        after, bad = (None, seen) if isinstance(seen, BadRow) else (seen, None)
+        return ItemResult(item["driver_id"], item["version"], item["stage"], Verdict.NONE,
+                          after, bad)
 
     def _error(
         self, item: dict, started: float, reasons: dict[str, str], checks: list | None = None

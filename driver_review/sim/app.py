@@ -26,6 +26,7 @@ from driver_review.catalog.models import (
     Page,
     UtcDatetime,
 )
+from driver_review.sim.badrows import BadRows
 from driver_review.sim.edge import Edge
 from driver_review.sim.generator import ChangeGenerator
 from driver_review.sim.settings import SimSettings
@@ -72,6 +73,11 @@ def create_app(settings: SimSettings, state: CatalogState) -> Edge:
             fat=settings.fat_pings,
         )
     generator = ChangeGenerator(state, settings, sender.offer if sender else None)
+    bad_rows = BadRows(settings.bad_rows, settings.seed)
+
+    def rendered(page: Page) -> Page | JSONResponse:
+        # Bad rows do not fit the Page model: sent as plain JSON, past its validation.
+        return JSONResponse(bad_rows.render(page)) if settings.bad_rows > 0 else page
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -104,20 +110,20 @@ def create_app(settings: SimSettings, state: CatalogState) -> Edge:
         return JSONResponse({"detail": _one_line(exc)}, status_code=400)
 
     @api.get("/v1/drivers", response_model=Page, tags=["drivers"], responses=_errors(400))
-    async def list_drivers(cursor: Cursor = None, limit: Limit = 500) -> Page:
+    async def list_drivers(cursor: Cursor = None, limit: Limit = 500) -> Page | JSONResponse:
         """Every driver, ordered by id."""
-        return state.list_page(cursor, limit)
+        return rendered(state.list_page(cursor, limit))
 
     @api.get("/v1/drivers/changes", response_model=Page, tags=["drivers"], responses=_errors(400))
     async def list_changes(
         since: Annotated[UtcDatetime, Query(description="RFC 3339; rows have updated_at > since")],
         cursor: Cursor = None,
         limit: Limit = 500,
-    ) -> Page:
+    ) -> Page | JSONResponse:
         """Drivers changed after ``since``, ordered by (updated_at, id), each once with its
         latest state. Following ``next_cursor`` to null is complete even while changes
         keep arriving (a driver that changes meanwhile shows up again, later)."""
-        return state.changes_page(since, cursor, limit)
+        return rendered(state.changes_page(since, cursor, limit))
 
     @api.get(
         "/v1/drivers/{id}",
@@ -194,6 +200,7 @@ def create_app(settings: SimSettings, state: CatalogState) -> Edge:
         return {
             **state.stats.as_dict(),
             "webhooks_pending": pending,
+            "bad_rows": bad_rows.stats(),
             "converged": converged,
             "drivers": drivers,
         }

@@ -41,6 +41,8 @@ class SimSettings(BaseModel):
     webhook_drop_rate: Share = 0.0
     fat_pings: bool = False
     package_size: Annotated[int, Field(ge=1, le=256 * 1024 * 1024)] = 16384  # bytes
+    # Share of listing and changes rows rendered bad (see driver_review.sim.badrows).
+    bad_rows: Share = 0.0
 
     def __init__(self, **data: Any) -> None:
         try:
