@@ -23,7 +23,8 @@ from driver_review.quarantine import BadRow, fingerprint
 
 NOW = 1_750_000_000.0
 STAGES = ["intake", "security", "compatibility"]
-BOUNDED = settings(max_examples=150, deadline=2000, derandomize=True,
+# No per-example deadline: a loaded CI machine is slow, not wrong; the count bounds it.
+BOUNDED = settings(max_examples=150, deadline=None, derandomize=True,
                    suppress_health_check=[HealthCheck.too_slow])
 tried: dict[str, int] = {"client_pages": 0, "client_rows": 0, "intake_changes": 0}
 
