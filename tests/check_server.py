@@ -40,6 +40,7 @@ class CheckServer:
         self.statuses: Counter[int] = Counter()
         self.admitted_at: list[float] = []
         self.tokens_issued = 0
+        self.issued: list[str] = []  # every token handed out (tests scan for them)
         self._tokens: dict[str, float] = {}  # token -> expiry (monotonic)
         self._lock = threading.Lock()
         self._http = httpx.Client(timeout=10.0)
@@ -70,6 +71,7 @@ class CheckServer:
         with self._lock:
             self._tokens[token] = time.monotonic() + self.token_ttl_s
             self.tokens_issued += 1
+            self.issued.append(token)
         return 200, {"access_token": token, "token_type": "Bearer",
                      "expires_in": self.token_ttl_s}
 

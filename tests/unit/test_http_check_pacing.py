@@ -154,3 +154,26 @@ def test_auth_and_rate_key_are_for_http_checks_only() -> None:
     with pytest.raises(ConfigError, match="auth/rate_key apply to http checks only"):
         parse_config({"stages": [{"name": "s", "checks": ["malware_scan"]}],
                       "checks": {"malware_scan": {"rate_key": "x"}}})
+
+
+def test_the_catalog_client_sends_its_credentials_from_the_environment(monkeypatch) -> None:
+    from driver_review.catalog.http import HttpCatalog
+    from driver_review.config import CatalogConfig
+
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("x-api-key"))
+        return httpx.Response(200, json={"items": [], "next_cursor": None})
+
+    monkeypatch.setenv("CATALOG_KEY", TOKEN)
+    config = CatalogConfig(url="http://catalog.test",
+                           auth={"kind": "header", "name": "X-Api-Key", "value_env": "CATALOG_KEY"})
+
+    async def go() -> None:
+        catalog = HttpCatalog(config, transport=httpx.MockTransport(handler))
+        await catalog.list_page()
+        await catalog.aclose()
+
+    asyncio.run(go())
+    assert seen == [TOKEN]
