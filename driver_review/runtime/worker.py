@@ -37,9 +37,11 @@ from driver_review.runtime.names import ActorRef, actor_name
 log = logging.getLogger(__name__)
 
 DEMAND_WAIT_S = 1.0
-#: A worker holds no more drivers than its checks' scarcest endpoint grants permits for in
-#: this long: more would only queue for permits, and wait out their checks' budgets.
+#: A worker asks for no more drivers while the queue for a check endpoint's permits holds
+#: what that endpoint grants in this long: more would only queue and use up their checks'
+#: wait budgets.
 ENDPOINT_HORIZON_S = 2.0
+ENDPOINT_RECHECK_S = 0.2
 #: While a check endpoint is paused, look again at least this often (draining, a new lease).
 PAUSE_RECHECK_S = 5.0
 _VERDICTS = {"approved": Verdict.APPROVED, "rejected": Verdict.REJECTED, "error": Verdict.ERROR}
@@ -156,17 +158,19 @@ class StageWorker:
     # -- demand -------------------------------------------------------------------------
     async def _demand_loop(self) -> None:
         while not self._draining:
-            limit, paused_s = self._demand_limit()
+            free, paused_s = self._free_slots()
             if paused_s > 0:
                 # A check endpoint is paused: take no drivers it would only hold.
                 self._room.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._room.wait(), min(paused_s, PAUSE_RECHECK_S))
                 continue
-            free = limit - self.in_flight
             if free <= 0:
                 self._room.clear()
-                await self._room.wait()
+                # The permit queue drains without anything finishing: look again soon.
+                timeout_s = ENDPOINT_RECHECK_S if self.held_by is not None else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._room.wait(), timeout_s)
                 continue
             try:
                 leases: list[Lease] = await self.orchestrator.call(
@@ -184,23 +188,25 @@ class StageWorker:
             if self.writer.due():
                 self.writer.flush()
 
-    def _demand_limit(self) -> tuple[int, float]:
-        """How many drivers to hold at most, and how long a check endpoint stays paused.
+    def _free_slots(self) -> tuple[int, float]:
+        """How many drivers to ask for, and how long a check endpoint stays paused.
 
-        Its in-flight slots, capped by the permits its scarcest check endpoint grants in
-        ``ENDPOINT_HORIZON_S``: a scanner at 2/s is not sent 32 drivers to queue for it.
+        Its free in-flight slots, capped for each check endpoint by the permits it grants
+        in ``ENDPOINT_HORIZON_S`` less the calls already queued for them: a scanner at 2/s
+        is not sent 32 drivers to queue for it. Only the queue counts, not drivers still
+        being fetched or decided, so a slow round trip elsewhere never starves the endpoint.
         """
-        limit, self.held_by = self.max_in_flight, None
+        free, self.held_by = self.max_in_flight - self.in_flight, None
         for key, limiter in self._check_limiters.items():
             paused_s = limiter.paused_for_s()
             if paused_s > 0:
                 self.held_by = key
                 return 0, paused_s
             rate = limiter.rate or self.config.governor.initial_rate
-            allowed = max(1, math.ceil(rate * ENDPOINT_HORIZON_S))
-            if allowed < limit:
-                limit, self.held_by = allowed, key
-        return limit, 0.0
+            room = max(1, math.ceil(rate * ENDPOINT_HORIZON_S)) - limiter.waiting
+            if room < free:
+                free, self.held_by = room, key
+        return free, 0.0
 
     async def _process(self, lease: Lease) -> None:
         keepalive = asyncio.get_running_loop().create_task(self._keep_alive(lease))

@@ -72,7 +72,7 @@ def _ray_logs() -> list[pathlib.Path]:
     return [p for p in logs.rglob("*") if p.is_file()]
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
     sim_factory, tmp_path, capfd
 ) -> None:
