@@ -78,8 +78,8 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
 ) -> None:
     if os.environ["DRIVER_REVIEW_TEST_SCAN_SECRET"] != CLIENT_SECRET:
         pytest.skip("credentials were set by someone else before this module loaded")
-    sim = sim_factory(SimSettings(drivers=150, seed=12, rate_limit=150))
-    checks = CheckServer(rate=CHECK_RATE, burst=1, client=(CLIENT_ID, CLIENT_SECRET),
+    sim = sim_factory(SimSettings(drivers=200, seed=12, rate_limit=150))
+    checks = CheckServer(rate=CHECK_RATE, burst=3, client=(CLIENT_ID, CLIENT_SECRET),
                          token_ttl_s=6.0, forward_to=sim.url).start()
     try:
         data_dir = str(tmp_path / "data")
@@ -90,7 +90,7 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
     errors = [r for r in read_results(data_dir).to_pylist() if r["verdict"] == "error"]
     assert not summary["timed_out"], (summary["decisions"], checks.statuses, errors[:3])
     total, wrong = _wrong_vs_truth(sim.url)
-    assert total == 150 and wrong == [], f"{len(wrong)} drivers differ from truth: {wrong[:5]}"
+    assert total == 200 and wrong == [], f"{len(wrong)} drivers differ from truth: {wrong[:5]}"
 
     # The check service: few 429s, run near its limit, tokens refreshed as they expired.
     calls = sum(checks.statuses.values()) - checks.tokens_issued
