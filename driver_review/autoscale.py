@@ -2,7 +2,9 @@
 
 Grow by one worker when, for ``sustain_ticks`` in a row, the backlog exceeds what the
 current workers can hold in flight and they are busy — unless the stage is held back by
-the rate governor, where another worker would only queue for the same permits. Shrink by
+the rate governor, where another worker would only queue for the same permits, or its
+workers' demand is capped by a check endpoint's limit or pause (``held``: another worker
+would only hold more drivers for the same scarce endpoint). Shrink by
 one (with a graceful drain) after the stage has been idle for ``idle_shrink_s``.
 One step per decision: the pool's own tick paces the change.
 """
@@ -25,6 +27,7 @@ class PoolSample:
     capacity: int  # max_in_flight x workers
     waiting_for_permit: int  # in-flight items blocked on the rate governor
     now: float
+    held: bool = False  # some worker's demand is capped by a check endpoint (limit or pause)
 
 
 class AutoscalePolicy:
@@ -59,10 +62,25 @@ class AutoscalePolicy:
         if throttled and pressed:
             self.last_reason = "held by the rate governor"
             return 0
+        if s.held:
+            self._pressure_ticks = 0
+            self.last_reason = "held by a check endpoint"
+            if s.workers > self.max_workers:
+                return -1
+            return 0 if self._idle_since is None else self._shrink(s)
         if self._pressure_ticks >= self.sustain_ticks and s.workers < self.max_workers:
             self._pressure_ticks = 0
             self.last_reason = "backlog above capacity"
             return +1
+        if self._shrink(s):
+            return -1
+        if s.workers > self.max_workers:
+            self.last_reason = "above max"
+            return -1
+        self.last_reason = "steady"
+        return 0
+
+    def _shrink(self, s: PoolSample) -> int:
         if (
             self._idle_since is not None
             and s.now - self._idle_since >= self.idle_shrink_s
@@ -71,8 +89,4 @@ class AutoscalePolicy:
             self._idle_since = s.now  # one step per idle period
             self.last_reason = "idle"
             return -1
-        if s.workers > self.max_workers:
-            self.last_reason = "above max"
-            return -1
-        self.last_reason = "steady"
         return 0

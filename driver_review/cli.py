@@ -102,8 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _load(args: argparse.Namespace):  # -> PipelineConfig
     from driver_review.config import load_config
 
-    config = load_config(args.config)
-    return config.with_overrides(catalog={"url": args.catalog_url})
+    config = load_config(args.config).with_overrides(catalog={"url": args.catalog_url})
+    config.check_environment()  # a missing credential: one line naming it, before Ray starts
+    return config
 
 
 def _run(args: argparse.Namespace) -> int:

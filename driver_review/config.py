@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from driver_review.auth import AuthConfig, check_environment
 from driver_review.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default_pipeline.yaml")
@@ -27,6 +28,8 @@ DEFAULT_INSTANCE = "main"
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
+# Shown in status and metric labels: a plain name, never a URL with credentials in it.
+RateKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}$")]
 
 
 class _Strict(BaseModel):
@@ -47,6 +50,10 @@ class CatalogConfig(_Strict):
     max_page_bytes: PositiveInt = 16 * 1024 * 1024  # listing and changes pages
     max_record_bytes: PositiveInt = 1024 * 1024  # driver records and other JSON answers
     max_package_bytes: PositiveInt = 256 * 1024 * 1024  # driver packages
+    #: Credentials from the environment (see :mod:`driver_review.auth`); never in ``url``.
+    auth: AuthConfig | None = None
+    #: The governor key (default ``scheme://host:port`` of ``url``): share or split pacing.
+    rate_key: RateKey | None = None
 
 
 class GovernorConfig(_Strict):
@@ -91,7 +98,11 @@ class CheckSpec(_Strict):
 
     ``builtin``: one of the shipped checks, by name. ``python``: a callable named
     ``module:attr`` (see :mod:`driver_review.checks`). ``http``: a POST of
-    ``{driver_id, version}`` to ``url`` answering ``{passed, reason}``.
+    ``{driver_id, version}`` to ``url`` answering ``{passed, reason}``, paced by the
+    governor under ``rate_key`` (default: the url's ``scheme://host:port``), with
+    ``auth`` from the environment. A 429 (or a 503 with Retry-After) is waited out and
+    retried, up to ``max_attempts`` tries within ``max_wait_s`` (permit waits included);
+    beyond that the check is an ``error``, retried later.
     """
 
     kind: Literal["builtin", "python", "http"] = "builtin"
@@ -99,6 +110,10 @@ class CheckSpec(_Strict):
     url: str | None = None
     timeout_s: PositiveFloat = 10.0
     options: dict[str, float | int | str | bool] = Field(default_factory=dict)
+    auth: AuthConfig | None = None
+    rate_key: RateKey | None = None
+    max_attempts: Annotated[int, Field(gt=0, le=20)] = 5
+    max_wait_s: PositiveFloat = 60.0
 
     @model_validator(mode="after")
     def _target(self) -> Self:
@@ -109,6 +124,9 @@ class CheckSpec(_Strict):
         if self.kind == "builtin" and (self.target or self.url):
             # Most likely a forgotten `kind:`; silently running the builtin would be worse.
             raise ValueError("target/url given but kind is builtin (set kind: python or http)")
+        if self.kind != "http" and (self.auth or self.rate_key):
+            # Builtins reach the catalog through its client (catalog.auth, its key).
+            raise ValueError(f"auth/rate_key apply to http checks only, not kind {self.kind}")
         return self
 
 
@@ -160,6 +178,14 @@ class PipelineConfig(_Strict):
 
     def check_spec(self, name: str) -> CheckSpec:
         return self.checks.get(name, CheckSpec())
+
+    def check_environment(self) -> None:
+        """Every credential the pipeline names is set: a ConfigError naming the first
+        variable that is not. Called before any actor starts."""
+        check_environment(self.catalog.auth, "catalog.auth")
+        used = {name for stage in self.stages for name in stage.checks}
+        for name in sorted(used):
+            check_environment(self.check_spec(name).auth, f"checks.{name}.auth")
 
     def with_overrides(self, **sections: dict) -> PipelineConfig:
         """A copy with some fields of some sections replaced, validated again."""

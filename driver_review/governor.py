@@ -10,9 +10,15 @@ Policy, in order of authority:
 
 1. **Retry-After** on a 429 pauses every permit until then (both forms, RFC 9110). A pause
    bumps the *epoch*: outstanding grants are void and clients drop what they hold.
-2. **RateLimit headers** (``state == "header"``): the strictest advertised policy
-   ``q / w`` is the rate, times a margin (0.98) that shrinks on a 429 despite it and
-   recovers slowly. ``r=0`` pauses until ``t``. Without a policy, ``r / t`` paces.
+   A ``503`` with ``Retry-After`` pauses the same way but leaves the learnt rate alone:
+   the server is down for a while, which says nothing about its rate limit.
+2. **RateLimit headers** (``state == "header"``): the strictest *short* window
+   (``w <= LONG_WINDOW_S``) paces at ``q / w``, times a margin (0.98) that shrinks on a
+   429 despite it and recovers slowly. A *long* window (a daily quota) is a budget: it
+   caps the pace at ``r / t`` (what is left over the time left) when that is slower, so
+   the budget lasts until it resets instead of going dark for hours. ``r=0`` on any
+   window pauses until ``t``; the pause names the quota in :meth:`RateGovernor.stats`.
+   Without a policy, ``r / t`` paces (see :meth:`~driver_review.retry.RateLimitInfo.plan`).
    After ``HEADER_TTL_S`` without headers the advertised rate becomes the discovery
    estimate below.
 3. **Discovery** otherwise. The limit is bracketed: ``lo`` is a rate held busy for
@@ -73,6 +79,7 @@ HEADER_TTL_S = 30.0  # header mode lasts this long after the last RateLimit head
 HEADER_MARGIN = 0.98  # pace a little under the advertised rate: arrival jitter
 HEADER_MARGIN_MIN = 0.5
 HEADER_RECOVER_PER_S = 0.002
+LONG_WINDOW_S = 60.0  # a RateLimit window longer than this is a quota (a budget), not a rate
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,9 @@ class Grant:
     delays_s: tuple[float, ...]
     rate: float
     retry_in_s: float = 0.0
+    #: The endpoint is paused this much longer (a Retry-After, an exhausted quota): a
+    #: client stops taking work for it rather than queue it behind the pause.
+    paused_for_s: float = 0.0
 
 
 class RateGovernor:
@@ -118,6 +128,9 @@ class RateGovernor:
         self._epoch = 0
         self._next_slot = -math.inf
         self._paused_until = -math.inf
+        # Why the current pause: e.g. "429 Retry-After", "quota 'daily' exhausted".
+        self._pause_reason: str | None = None
+        self._pause_quota: tuple[str, float | None] | None = None  # (name, window_s)
         self._last_now = 0.0
         # Rate reconsideration interval and how busy the schedule was in it.
         self._interval_start: float | None = None
@@ -132,7 +145,8 @@ class RateGovernor:
         self._header_margin = HEADER_MARGIN
         self._last_grant: tuple[int, int] | None = None  # (id, epoch) of the schedule's tail
         self._grant_id = 0
-        self._n = {"grants": 0, "permits": 0, "returned": 0, "429s": 0, "ok": 0, "decreases": 0}
+        self._n = {"grants": 0, "permits": 0, "returned": 0, "429s": 0, "503s": 0, "ok": 0,
+                   "decreases": 0}
 
     # --- leasing ----------------------------------------------------------------------
     def lease(self, n: int, now: float) -> Grant:
@@ -154,15 +168,17 @@ class RateGovernor:
         count = min(n, 1 + int(LEASE_HORIZON_S / spacing_s))
         self._grant_id += 1
         last = start + (count - 1) * spacing_s
+        paused_for_s = self.paused_for_s(now)
         if last > horizon + 1e-9:
-            return Grant(self._grant_id, self._epoch, (), self._rate, retry_in_s=last - horizon)
+            return Grant(self._grant_id, self._epoch, (), self._rate, retry_in_s=last - horizon,
+                         paused_for_s=paused_for_s)
         self._next_slot = start + count * spacing_s
         self._last_grant = (self._grant_id, self._epoch)
         self._n["grants"] += 1
         self._n["permits"] += count
         delays = tuple(start - now + i * spacing_s for i in range(count))
         self._meter.offered((now + d for d in delays), self._rate)
-        return Grant(self._grant_id, self._epoch, delays, self._rate)
+        return Grant(self._grant_id, self._epoch, delays, self._rate, paused_for_s=paused_for_s)
 
     def give_back(self, grant: Grant, unused: int, now: float) -> None:
         """Return the last ``unused`` permits of ``grant``. Only the newest grant of the
@@ -184,10 +200,17 @@ class RateGovernor:
         if status == 429:
             retry_after_s = parse_retry_after(_header(headers, "retry-after"), self._wall_clock())
             if retry_after_s is None and info is not None:
-                # Retry-After takes precedence; without it the effective window says when.
-                tight = info.tightest()
-                retry_after_s = tight.reset_s if tight and tight.remaining == 0 else None
+                # Retry-After takes precedence; without it the exhausted window says when
+                # (and _use_headers below names it).
+                retry_after_s = info.plan(LONG_WINDOW_S).pause_s
             self.on_429(retry_after_s, now, header_mode=info is not None)
+        elif status == 503 and (
+            retry_after_s := parse_retry_after(_header(headers, "retry-after"), self._wall_clock())
+        ):
+            # Down for maintenance or overloaded: wait as asked, but the rate that worked
+            # before still works after, so nothing is decreased.
+            self._n["503s"] += 1
+            self._pause(now + retry_after_s, "503 Retry-After")
         else:
             self._n["ok"] += 1
             self._meter.answered(now, ok=True)
@@ -205,7 +228,7 @@ class RateGovernor:
         measured = self._meter.measure(now, not_before=self._paused_until)
         pace = self._meter.pace(now, self._rate)
         if retry_after_s is not None and retry_after_s > 0:
-            self._pause(now + retry_after_s)
+            self._pause(now + retry_after_s, "429 Retry-After")
         if now < self._last_decrease_until:
             return self._epoch
         if header_mode or self._mode == "header":
@@ -242,6 +265,8 @@ class RateGovernor:
 
     def stats(self, now: float | None = None) -> dict[str, Any]:
         now = self._last_now if now is None else now
+        paused = now < self._paused_until
+        quota = self._pause_quota if paused else None
         return {
             "key": self.key,
             "state": self.state(now),
@@ -250,6 +275,10 @@ class RateGovernor:
             "safe_rate": self._lo,
             "header_rate": self._header_rate,
             "paused_for_s": self.paused_for_s(now),
+            # Only while paused: why, and for a quota its name and window (status shows it).
+            "pause_reason": self._pause_reason if paused else None,
+            "quota": quota[0] if quota else None,
+            "quota_window_s": quota[1] if quota else None,
             "epoch": self._epoch,
             **self._n,
         }
@@ -258,9 +287,15 @@ class RateGovernor:
     def _clamp(self, rate: float) -> float:
         return min(self.config.max_rate, max(self.config.min_rate, rate))
 
-    def _pause(self, until: float) -> None:
+    def _pause(
+        self, until: float, reason: str, quota: tuple[str, float | None] | None = None
+    ) -> None:
+        if until == self._paused_until and quota is not None:
+            # A 429 paused us until the exhausted window resets: name the window.
+            self._pause_reason, self._pause_quota = reason, quota
         if until > self._paused_until:
             self._paused_until = until
+            self._pause_reason, self._pause_quota = reason, quota
             self._next_slot = max(self._next_slot, until)
             self._epoch += 1
 
@@ -278,16 +313,14 @@ class RateGovernor:
 
     def _use_headers(self, info: RateLimitInfo, now: float) -> None:
         self._header_seen_at = now
-        policy_rate = info.rate_per_s()
-        tight = info.tightest()
-        if policy_rate is not None:
-            self._header_rate = policy_rate
-            self._rate = self._clamp(policy_rate * self._header_margin)
-        elif tight is not None and tight.reset_s:
-            self._rate = self._clamp(tight.remaining / tight.reset_s * self._header_margin)
+        plan = info.plan(LONG_WINDOW_S)
+        if plan.rate_per_s is not None:
+            self._header_rate = plan.rate_per_s
+            self._rate = self._clamp(plan.rate_per_s * self._header_margin)
         self._mode = "header"
-        if tight is not None and tight.remaining == 0 and tight.reset_s:
-            self._pause(now + tight.reset_s)
+        if plan.pause_s:
+            name = plan.quota or "default"
+            self._pause(now + plan.pause_s, f"quota {name!r} exhausted", (name, plan.window_s))
 
     def _tick(self, now: float) -> None:
         """Let time act on the rate: one step per elapsed interval of activity."""

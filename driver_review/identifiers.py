@@ -110,3 +110,30 @@ def redact_url(url: str) -> str:
         port = None
     netloc = f"{host}:{port}" if port is not None else host
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def endpoint_key(url: str, rate_key: str | None = None) -> str:
+    """The rate governor's key for calls to ``url``: ``scheme://host:port``.
+
+    One endpoint, one key, however the URL is spelt (host case, default port, path,
+    query); credentials and query never reach it, since keys show in status and metric
+    labels. An explicit ``rate_key`` from the pipeline file wins: two services behind one
+    quota share a key, two quotas on one host split theirs.
+    """
+    if rate_key:
+        return rate_key
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None:
+        port = _DEFAULT_PORTS.get(scheme)
+    return f"{scheme}://{host}:{port}" if port is not None else f"{scheme}://{host}"

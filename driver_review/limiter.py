@@ -150,6 +150,10 @@ class LocalLimiter:
     async def acquire(self) -> None:
         await self._bucket.acquire()
 
+    def paused_for_s(self) -> float:
+        """How much longer the governor holds every permit (a Retry-After, a quota)."""
+        return self.governor.paused_for_s(self._clock())
+
     def observe(self, status: int, headers: Mapping[str, str]) -> None:
         self._bucket.note_epoch(self.governor.observe(status, headers, self._clock()))
 

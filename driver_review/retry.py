@@ -122,6 +122,54 @@ class RateLimitInfo:
         """The service limit with the least remaining quota."""
         return min(self.limits, key=lambda s: s.remaining, default=None)
 
+    def plan(self, long_window_s: float) -> HeaderPlan:
+        """How to pace by these fields; windows longer than ``long_window_s`` are quotas.
+
+        - A *short* window (``w <= long_window_s``) paces at ``q / w``: the sustained
+          rate it allows. Its ``r`` only says where a burst stands, not the rate.
+        - A *long* window (a daily quota, say) is a budget, not a rate: pacing it at
+          ``q / w`` would slow the endpoint to ``5000 / 86400`` per second however much
+          is left. It limits the pace to ``r / t`` (what is left over the time left)
+          when that is slower than the short windows, so the budget lasts to its reset
+          instead of running dry hours early; when demand was low the budget left grows
+          per second and so does the pace. A long window without a ``RateLimit`` item
+          limits nothing: what is left of it is unknown until a 429 or ``r=0`` says so.
+        - Any window with ``r=0`` pauses until its ``t`` (the longest such ``t``: all
+          exhausted windows must have reset before a request can pass).
+        - Items without a windowed policy pace at ``r / t`` when nothing else does
+          (servers that send only ``RateLimit``).
+        """
+        windows = {p.name: p.window_s for p in self.policies}
+        rates = [p.quota / p.window_s for p in self.policies
+                 if p.window_s and p.window_s <= long_window_s]
+        fallback: list[float] = []
+        pause: ServiceLimit | None = None
+        for limit in self.limits:
+            window_s = windows.get(limit.name)
+            if limit.remaining == 0 and limit.reset_s:
+                if pause is None or limit.reset_s > (pause.reset_s or 0.0):
+                    pause = limit
+            elif not limit.reset_s:
+                continue
+            elif window_s is not None and window_s > long_window_s:
+                rates.append(limit.remaining / limit.reset_s)
+            elif window_s is None:
+                fallback.append(limit.remaining / limit.reset_s)
+        rate = min(rates or fallback) if (rates or fallback) else None
+        if pause is None:
+            return HeaderPlan(rate)
+        return HeaderPlan(rate, pause.reset_s, pause.name, windows.get(pause.name))
+
+
+@dataclass(frozen=True)
+class HeaderPlan:
+    """What the RateLimit fields of one response ask of a client (see ``plan``)."""
+
+    rate_per_s: float | None
+    pause_s: float | None = None  # an exhausted window resets in this long
+    quota: str | None = None  # the name of the exhausted window ("" when unnamed)
+    window_s: float | None = None  # its length, when its policy was advertised
+
 
 _Param = str | int | float | bool | bytes
 # One bare item of RFC 9651: string, byte sequence, boolean, integer/decimal, or token.

@@ -44,6 +44,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from driver_review.auth import build_auth
 from driver_review.catalog.base import Limiter
 from driver_review.catalog.models import (
     CheckRequest,
@@ -122,6 +123,8 @@ class HttpCatalog:
         self._backoff = Backoff(config.backoff_base_s, config.backoff_max_s, rng or random.Random())
         self._client = httpx.AsyncClient(
             base_url=config.url,
+            # Credentials from the environment (read now; a missing one was caught at start).
+            auth=build_auth(config.auth, "catalog.auth"),
             transport=transport,
             timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
             limits=httpx.Limits(

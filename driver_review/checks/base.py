@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from driver_review.catalog.base import Catalog
+from driver_review.catalog.base import Catalog, Limiter
 from driver_review.catalog.models import DriverRecord
 
 #: Runs ``fn(*args)`` away from the event loop and awaits its result, like
@@ -53,12 +53,14 @@ class CheckContext:
 
     ``options`` are the check's ``CheckSpec.options`` from the pipeline file. ``http`` is a
     shared client for ``http``-kind checks; without one they open a client per call.
+    ``limiter`` paces the check's own endpoint (``http`` checks; None: unpaced).
     """
 
     catalog: Catalog
     options: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     run_cpu: RunCpu = asyncio.to_thread
     http: httpx.AsyncClient | None = None
+    limiter: Limiter | None = None
 
 
 class Check(Protocol):
@@ -93,11 +95,14 @@ def context_factory(
     *,
     run_cpu: RunCpu = asyncio.to_thread,
     http: httpx.AsyncClient | None = None,
+    limiters: Mapping[str, Limiter] | None = None,
 ) -> ContextFactory:
     """The usual :data:`ContextFactory`: shared catalog, CPU runner and client, and each
-    check's own options."""
+    check's own options and limiter (``limiters`` by check name)."""
+    by_name = limiters or {}
 
     def make(check: NamedCheck) -> CheckContext:
-        return CheckContext(catalog=catalog, options=check.options, run_cpu=run_cpu, http=http)
+        return CheckContext(catalog=catalog, options=check.options, run_cpu=run_cpu, http=http,
+                            limiter=by_name.get(check.name))
 
     return make

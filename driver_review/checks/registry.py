@@ -14,6 +14,7 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
+from driver_review.auth import build_auth
 from driver_review.catalog.models import DriverRecord
 from driver_review.checks.base import Check, CheckContext, NamedCheck, Outcome, one_line
 from driver_review.checks.builtin import BUILTINS
@@ -98,8 +99,13 @@ def build_check(name: str, spec: CheckSpec) -> NamedCheck:
         assert spec.target is not None  # CheckSpec guarantees it
         return NamedCheck(name, load_python_check(name, spec.target), options, spec.timeout_s)
     assert spec.url is not None  # CheckSpec guarantees it
-    # The http check bounds its own exchange by timeout_s and says so in its error.
-    return NamedCheck(name, HttpCheck(name, spec.url, spec.timeout_s), options, None)
+    # The http check bounds its own exchanges by timeout_s and its retries by max_wait_s,
+    # and says which in its error. Its credentials are read from the environment now.
+    check = HttpCheck(
+        name, spec.url, spec.timeout_s, auth=build_auth(spec.auth, f"checks.{name}.auth"),
+        rate_key=spec.rate_key, max_attempts=spec.max_attempts, max_wait_s=spec.max_wait_s,
+    )
+    return NamedCheck(name, check, options, None)
 
 
 def build_stage_checks(config: PipelineConfig) -> dict[str, list[NamedCheck]]:

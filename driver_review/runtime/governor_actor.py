@@ -13,9 +13,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
+
 from driver_review.config import GovernorConfig
 from driver_review.governor import Grant, RateGovernor
 from driver_review.limiter import PermitBucket
+from driver_review.retry import parse_retry_after
 from driver_review.runtime import metrics
 from driver_review.runtime.names import ActorRef
 
@@ -61,13 +64,23 @@ class RemoteLimiter:
         self._bucket = PermitBucket(self._lease, batch=batch, give_back=self._give_back)
         self._successes = 0
         self.waiting = 0
+        #: The endpoint's rate as of the last lease (None before one): workers size their
+        #: demand by it.
+        self.rate: float | None = None
+        self._paused_until = 0.0  # monotonic, as of the last lease or Retry-After seen
         self._pending: set[asyncio.Task] = set()
 
     async def _lease(self, n: int) -> Grant:
         successes, self._successes = self._successes, 0
         grant: Grant = await self.governor.call("lease", self.key, n, successes)
         self._bucket.note_epoch(grant.epoch)
+        self.rate = grant.rate
+        self._paused_until = time.monotonic() + grant.paused_for_s
         return grant
+
+    def paused_for_s(self) -> float:
+        """How much longer the endpoint is paused, as this process last heard."""
+        return max(0.0, self._paused_until - time.monotonic())
 
     async def _give_back(self, grant: Grant, unused: int) -> None:
         await self.governor.call("give_back", self.key, grant, unused)
@@ -80,11 +93,20 @@ class RemoteLimiter:
             self.waiting -= 1
 
     def observe(self, status: int, headers: Mapping[str, str]) -> None:
-        has_policy = status == 429 or any(k.lower().startswith("ratelimit") for k in headers)
+        pause_s = None
+        if status in (429, 503):
+            pause_s = parse_retry_after(httpx.Headers(headers).get("retry-after"), time.time())
+        has_policy = (
+            status == 429 or pause_s is not None
+            or any(k.lower().startswith("ratelimit") for k in headers)
+        )
         if not has_policy:
             self._successes += 1
             return
-        if status == 429:
+        if pause_s is not None:
+            # Known here at once, before the governor's answer: demand stops for it.
+            self._paused_until = max(self._paused_until, time.monotonic() + pause_s)
+        if status == 429 or pause_s is not None:
             self._bucket.drop()  # a pause or a slower schedule is coming: don't spend these
         task = asyncio.get_running_loop().create_task(
             self.governor.call("observe", self.key, status, dict(headers))
@@ -98,4 +120,5 @@ class RemoteLimiter:
             await asyncio.gather(*self._pending, return_exceptions=True)
 
     def stats(self) -> dict[str, Any]:
-        return {"waiting": self.waiting, **self._bucket.stats()}
+        return {"waiting": self.waiting, "rate": self.rate, "paused_for_s": self.paused_for_s(),
+                **self._bucket.stats()}

@@ -92,6 +92,7 @@ class StagePoolService:
                 + cache["waiting_for_permit"],
             ),
             now=time.monotonic(),
+            held=any(s.get("held_by") for s in stats.values()),
         )
         self.last_sample = sample
         metrics.workers().set(len(self.workers), {"instance": self.instance, "stage": self.stage})
@@ -175,6 +176,8 @@ class StagePoolService:
             # As the autoscaler saw it last: this stage's items held by the rate governor.
             "waiting_for_permit": self.last_sample.waiting_for_permit if self.last_sample else 0,
             "backlog": self.last_sample.backlog if self.last_sample else 0,
+            # Check endpoints capping this stage's demand (their limit or a pause).
+            "held_by": sorted({s["held_by"] for s in stats.values() if s.get("held_by")}),
             "worker_stats": stats,
             "retired": dict(self.retired),
             "events": self.events[-20:],

@@ -53,6 +53,7 @@ def start_system(
 ) -> System:
     """Create (or join, by name) every actor of ``instance`` and start the pools; with
     ``poll``, also the delta poller (the always-on service)."""
+    config.check_environment()  # a missing credential fails here, not in every actor
     handles: list[Any] = [
         actors.governor(config, instance),
         # Only the always-on service keeps snapshots; a sweep starts from nothing anyway.

@@ -10,16 +10,20 @@ stage), appends a result row, and reports the batch back under its lease.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import time
 from collections import Counter
 from typing import Any
 
+import httpx
 import ray
 
 from driver_review.backlog import Lane
 from driver_review.catalog.models import DecisionRequest, DriverRecord
 from driver_review.checks import build_stage_checks, context_factory, run_stage
+from driver_review.checks.http_check import HttpCheck
 from driver_review.config import PipelineConfig
 from driver_review.errors import CatalogError, Conflict, NotFound
 from driver_review.ledger import Change, Verdict
@@ -28,11 +32,19 @@ from driver_review.quarantine import BadRow, to_change
 from driver_review.results import ResultRow, ResultWriter
 from driver_review.runtime import metrics
 from driver_review.runtime.clients import make_catalog
+from driver_review.runtime.governor_actor import RemoteLimiter
 from driver_review.runtime.names import ActorRef, actor_name
 
 log = logging.getLogger(__name__)
 
 DEMAND_WAIT_S = 1.0
+#: A worker asks for no more drivers while the queue for a check endpoint's permits holds
+#: what that endpoint grants in this long: more would only queue and use up their checks'
+#: wait budgets.
+ENDPOINT_HORIZON_S = 2.0
+ENDPOINT_RECHECK_S = 0.2
+#: While a check endpoint is paused, look again at least this often (draining, a new lease).
+PAUSE_RECHECK_S = 5.0
 _VERDICTS = {"approved": Verdict.APPROVED, "rejected": Verdict.REJECTED, "error": Verdict.ERROR}
 _LANES = {0: "fresh", 1: "stale"}
 
@@ -68,6 +80,10 @@ class StageWorker:
         self._tasks: set[asyncio.Task] = set()
         self._catalog: Any = None
         self._limiter: Any = None
+        self._http: httpx.AsyncClient | None = None
+        # One limiter per check endpoint key (checks sharing a key share it).
+        self._check_limiters: dict[str, RemoteLimiter] = {}
+        self.held_by: str | None = None  # the check endpoint key that caps demand, if any
         # Started from the constructor (it runs on the actor's event loop), so a worker
         # that Ray restarts goes back to work by itself.
         self._boot = asyncio.get_running_loop().create_task(self.start())
@@ -76,7 +92,9 @@ class StageWorker:
     async def start(self) -> str:
         if self._loop_task is None:
             self._catalog, self._limiter = make_catalog(self.config, self.instance)
-            self._ctx = context_factory(self._catalog)
+            self._ctx = context_factory(
+                self._catalog, http=self._check_client(), limiters=self._limiters_by_check()
+            )
             self._loop_task = asyncio.get_running_loop().create_task(self._demand_loop())
         return self.name
 
@@ -92,7 +110,31 @@ class StageWorker:
         self.writer.flush()
         if self._catalog is not None:
             await self._catalog.aclose()
+        for limiter in self._check_limiters.values():
+            await limiter.aclose()
+        if self._http is not None:
+            await self._http.aclose()
         return await self.stats()
+
+    def _check_client(self) -> httpx.AsyncClient | None:
+        """One client for the stage's http checks: connections are reused across drivers."""
+        if self._http is None and any(isinstance(c.run, HttpCheck) for c in self.checks):
+            self._http = httpx.AsyncClient(headers={"user-agent": "driver-review"})
+        return self._http
+
+    def _limiters_by_check(self) -> dict[str, RemoteLimiter]:
+        """Each http check paces through its endpoint's key in the governor actor."""
+        governor = ActorRef(actor_name(self.instance, "governor"))
+        by_check: dict[str, RemoteLimiter] = {}
+        for check in self.checks:
+            if isinstance(check.run, HttpCheck):
+                key = check.run.endpoint_key
+                if key not in self._check_limiters:
+                    self._check_limiters[key] = RemoteLimiter(
+                        governor, key, batch=self.config.governor.lease_size
+                    )
+                by_check[check.name] = self._check_limiters[key]
+        return by_check
 
     async def stats(self) -> dict[str, Any]:
         limiter = self._limiter.stats() if self._limiter is not None else {}
@@ -103,7 +145,10 @@ class StageWorker:
             "node_id": ray.get_runtime_context().get_node_id(),
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
-            "waiting_for_permit": limiter.get("waiting", 0),
+            "waiting_for_permit": limiter.get("waiting", 0)
+            + sum(lim.waiting for lim in self._check_limiters.values()),
+            "held_by": self.held_by,
+            "endpoints": {k: lim.stats() for k, lim in self._check_limiters.items()},
             "counts": dict(self.counts),
             "calls": catalog.get("calls", {}),
             "results_buffered": self.writer.buffered,
@@ -114,10 +159,19 @@ class StageWorker:
     # -- demand -------------------------------------------------------------------------
     async def _demand_loop(self) -> None:
         while not self._draining:
-            free = self.max_in_flight - self.in_flight
+            free, paused_s = self._free_slots()
+            if paused_s > 0:
+                # A check endpoint is paused: take no drivers it would only hold.
+                self._room.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._room.wait(), min(paused_s, PAUSE_RECHECK_S))
+                continue
             if free <= 0:
                 self._room.clear()
-                await self._room.wait()
+                # The permit queue drains without anything finishing: look again soon.
+                timeout_s = ENDPOINT_RECHECK_S if self.held_by is not None else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._room.wait(), timeout_s)
                 continue
             try:
                 leases: list[Lease] = await self.orchestrator.call(
@@ -134,6 +188,26 @@ class StageWorker:
                 task.add_done_callback(self._tasks.discard)
             if self.writer.due():
                 self.writer.flush()
+
+    def _free_slots(self) -> tuple[int, float]:
+        """How many drivers to ask for, and how long a check endpoint stays paused.
+
+        Its free in-flight slots, capped for each check endpoint by the permits it grants
+        in ``ENDPOINT_HORIZON_S`` less the calls already queued for them: a scanner at 2/s
+        is not sent 32 drivers to queue for it. Only the queue counts, not drivers still
+        being fetched or decided, so a slow round trip elsewhere never starves the endpoint.
+        """
+        free, self.held_by = self.max_in_flight - self.in_flight, None
+        for key, limiter in self._check_limiters.items():
+            paused_s = limiter.paused_for_s()
+            if paused_s > 0:
+                self.held_by = key
+                return 0, paused_s
+            rate = limiter.rate or self.config.governor.initial_rate
+            room = max(1, math.ceil(rate * ENDPOINT_HORIZON_S)) - limiter.waiting
+            if room < free:
+                free, self.held_by = room, key
+        return free, 0.0
 
     async def _process(self, lease: Lease) -> None:
         keepalive = asyncio.get_running_loop().create_task(self._keep_alive(lease))

@@ -38,3 +38,22 @@ def test_busy_moment_resets_idle_timer() -> None:
     assert p.decide(sample(4, 5, 2, 15)) == 0
     assert p.decide(sample(8, 0, 2, 0)) == 0  # idle again only since t=8
     assert p.decide(sample(13, 0, 2, 0)) == -1
+
+
+def test_does_not_grow_while_a_check_endpoint_caps_demand_but_grows_after() -> None:
+    # Workers full and a deep backlog: pressure, but their demand is capped by a scarce
+    # check endpoint (or it is paused): another worker would only hold more for it.
+    p = AutoscalePolicy(min_workers=1, max_workers=4, idle_shrink_s=10, sustain_ticks=1)
+    for t in range(5):
+        assert p.decide(PoolSample(1000, 1, 10, 10, 0, float(t), held=True)) == 0
+    assert p.last_reason == "held by a check endpoint"
+    assert p.decide(PoolSample(1000, 1, 10, 10, 0, 6.0)) == +1  # the endpoint freed up
+
+
+def test_a_held_pool_still_shrinks_when_idle_and_respects_min() -> None:
+    p = AutoscalePolicy(min_workers=1, max_workers=4, idle_shrink_s=5, sustain_ticks=1)
+    workers = 3
+    for t in range(30):
+        workers += p.decide(PoolSample(0, workers, 0, workers * 10, 0, float(t), held=True))
+    assert workers == 1
+    assert p.decide(PoolSample(0, 0, 0, 0, 0, 31.0, held=True)) == +1  # below min

@@ -489,8 +489,8 @@ def decision_api() -> Iterator[str]:
     thread.join(timeout=5)
 
 
-def http_check(url: str, timeout_s: float = 5.0) -> NamedCheck:
-    return build_check("api", CheckSpec(kind="http", url=url, timeout_s=timeout_s))
+def http_check(url: str, timeout_s: float = 5.0, **spec: Any) -> NamedCheck:
+    return build_check("api", CheckSpec(kind="http", url=url, timeout_s=timeout_s, **spec))
 
 
 def test_http_check_posts_the_driver_and_reads_the_verdict(decision_api: str) -> None:
@@ -524,8 +524,10 @@ def test_http_check_uses_the_shared_client(decision_api: str) -> None:
 def test_http_check_bad_answers_are_errors(
     decision_api: str, path: str, error: type[Exception], reason: str
 ) -> None:
-    # Only /slow is meant to time out; the others get room for a loaded machine.
-    check = http_check(f"{decision_api}{path}", timeout_s=0.2 if path == "/slow" else 5.0)
+    # Only /slow is meant to time out; the others get room for a loaded machine. /busy asks
+    # for 7 s, more than the wait budget: raised at once, to be retried later.
+    check = http_check(f"{decision_api}{path}", timeout_s=0.2 if path == "/slow" else 5.0,
+                       max_wait_s=5.0)
     with pytest.raises(error) as info:
         run(check.run(make_driver(), ctx_for(FakeCatalog())))
     assert reason in str(info.value)

@@ -408,3 +408,70 @@ def test_permits_overdue_after_a_stall_are_forfeited_not_burst() -> None:
     times = asyncio.run(main())
     assert limiter.stats()["bucket"]["late"] >= 1
     assert [b - a for a, b in itertools.pairwise(times)] == pytest.approx([1 / 40] * 3)
+
+
+# --- long windows (quotas) and 503 ---------------------------------------------------------
+
+DAILY = '"burst";q=100;w=1, "daily";q=5000;w=86400'
+
+
+def test_an_exhausted_daily_quota_pauses_until_it_resets_and_says_so() -> None:
+    gov = RateGovernor(GovernorConfig(initial_rate=5))
+    headers = {"RateLimit-Policy": DAILY, "RateLimit": '"burst";r=90;t=1, "daily";r=0;t=3600'}
+    epoch = gov.observe(200, headers, 10.0)
+    assert epoch == 1 and gov.state(11.0) == "paused"
+    stats = gov.stats(11.0)
+    assert stats["paused_for_s"] == pytest.approx(3599.0)
+    assert stats["pause_reason"] == "quota 'daily' exhausted"
+    assert (stats["quota"], stats["quota_window_s"]) == ("daily", 86400)
+    # A grant says how long the pause lasts, so clients stop taking work for this endpoint.
+    grant = gov.lease(4, 11.0)
+    assert grant.delays_s == () and grant.paused_for_s == pytest.approx(3599.0)
+    # Nothing passes before the window resets; then the short window paces again.
+    grant = gov.lease(4, 3610.0 - 0.2)
+    assert grant.delays_s == () or 3609.8 + grant.delays_s[0] >= 3610.0 - 1e-9
+    assert gov.state(3610.0) == "header" and gov.stats(3610.0)["pause_reason"] is None
+
+
+def test_a_daily_quota_with_budget_left_paces_by_the_short_window_until_the_budget_binds() -> None:
+    gov = RateGovernor(GovernorConfig(initial_rate=5, min_rate=0.01))
+    # Plenty left for the time left (4000 in 40 s): the burst window (100/s) paces.
+    gov.observe(200, {"RateLimit-Policy": DAILY,
+                      "RateLimit": '"burst";r=80;t=1, "daily";r=4000;t=40'}, 0.0)
+    assert gov.rate == pytest.approx(100 * gv.HEADER_MARGIN)
+    # Little left for long (360 in an hour): spread it, 0.1/s, instead of spending it in
+    # 4 s and going dark for the rest of the hour. Not the daily average (0.058/s) either.
+    gov.observe(200, {"RateLimit-Policy": DAILY,
+                      "RateLimit": '"burst";r=80;t=1, "daily";r=360;t=3600'}, 1.0)
+    assert gov.rate == pytest.approx(0.1 * gv.HEADER_MARGIN, rel=1e-6)
+    assert gov.state(1.0) == "header" and gov.paused_for_s(1.0) == 0
+
+
+def test_a_429_on_an_exhausted_quota_without_retry_after_names_the_quota() -> None:
+    gov = RateGovernor(GovernorConfig(initial_rate=5))
+    gov.observe(429, {"RateLimit-Policy": DAILY, "RateLimit": '"daily";r=0;t=600'}, 0.0)
+    stats = gov.stats(1.0)
+    assert stats["paused_for_s"] == pytest.approx(599.0)
+    assert stats["pause_reason"] == "quota 'daily' exhausted" and stats["quota"] == "daily"
+
+
+def test_503_with_retry_after_pauses_without_decreasing_the_rate() -> None:
+    gov = RateGovernor(GovernorConfig(initial_rate=40))
+    first = gov.lease(4, 0.0)
+    epoch = gov.observe(503, {"Retry-After": "5"}, 0.1)
+    assert epoch != first.epoch and gov.state(1.0) == "paused"
+    stats = gov.stats(1.0)
+    assert stats["pause_reason"] == "503 Retry-After" and stats["503s"] == 1
+    assert gov.rate == 40 and stats["decreases"] == 0 and stats["429s"] == 0
+    # A 503 without Retry-After is an answer like any other: no pause.
+    gov2 = RateGovernor(GovernorConfig(initial_rate=40))
+    gov2.observe(503, {}, 0.0)
+    assert gov2.paused_for_s(0.0) == 0 and gov2.rate == 40
+
+
+def test_a_429_pause_is_named_in_stats_and_cleared_after() -> None:
+    gov = RateGovernor(GovernorConfig(initial_rate=10))
+    gov.observe(429, {"Retry-After": "2"}, 0.0)
+    assert gov.stats(1.0)["pause_reason"] == "429 Retry-After"
+    assert gov.stats(1.0)["quota"] is None
+    assert gov.stats(2.5)["pause_reason"] is None and gov.stats(2.5)["paused_for_s"] == 0

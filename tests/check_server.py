@@ -1,0 +1,144 @@
+"""A small third-party check service on loopback, for the tests: its own rate limit (a
+token bucket: 429 with ``Retry-After``, as scanners answer), optional credentials (a bearer
+token, or OAuth2 client credentials with tokens that expire), and answers either ``passed``
+or, with ``forward_to``, the simulated catalog's own answer for a check, so a sweep that
+uses it still ends equal to the simulator's truth.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import secrets
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+
+from driver_review.sim.ratelimit import TokenBucket
+
+
+class CheckServer:
+    """``POST /check`` answers ``{passed, reason}``; ``POST /token`` issues OAuth2 tokens."""
+
+    def __init__(
+        self, *, rate: float, burst: int = 1, bearer: str | None = None,
+        client: tuple[str, str] | None = None, token_ttl_s: float = 60.0,
+        forward_to: str | None = None, forward_check: str = "crash_telemetry",
+    ) -> None:
+        self.bucket = TokenBucket(rate, burst)
+        self.bearer = bearer
+        self.client = client
+        self.token_ttl_s = token_ttl_s
+        self.forward_to = forward_to
+        self.forward_check = forward_check
+        self.statuses: Counter[int] = Counter()
+        self.admitted_at: list[float] = []
+        self.tokens_issued = 0
+        self.issued: list[str] = []  # every token handed out (tests scan for them)
+        self._tokens: dict[str, float] = {}  # token -> expiry (monotonic)
+        self._lock = threading.Lock()
+        self._http = httpx.Client(timeout=10.0)
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.owner = self
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> CheckServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+        self._http.close()
+
+    # --- handlers (called on the server's threads) ----------------------------------------
+    def issue_token(self, authorization: str | None) -> tuple[int, dict[str, Any]]:
+        expected = "Basic " + base64.b64encode(":".join(self.client or ("", "")).encode()).decode()
+        if self.client is None or authorization != expected:
+            return 401, {"error": "invalid_client"}
+        token = secrets.token_urlsafe(24)
+        with self._lock:
+            self._tokens[token] = time.monotonic() + self.token_ttl_s
+            self.tokens_issued += 1
+            self.issued.append(token)
+        return 200, {"access_token": token, "token_type": "Bearer",
+                     "expires_in": self.token_ttl_s}
+
+    def authorized(self, authorization: str | None) -> bool:
+        if self.bearer is None and self.client is None:
+            return True
+        scheme, _, value = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        if self.bearer is not None:
+            return secrets.compare_digest(value, self.bearer)
+        with self._lock:
+            return self._tokens.get(value, 0.0) > time.monotonic()
+
+    def check(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        with self._lock:
+            admission = self.bucket.try_acquire()
+            if admission.admitted:
+                self.admitted_at.append(time.monotonic())
+        if not admission.admitted:
+            return 429, {}, {"Retry-After": str(max(1, math.ceil(admission.wait_s)))}
+        if self.forward_to is None:
+            return 200, {"passed": True}, {}
+        return 200, self._forward(body), {}
+
+    def _forward(self, body: dict[str, Any]) -> dict[str, Any]:
+        for _ in range(50):  # the catalog has its own limit: wait it out, bounded
+            resp = self._http.post(f"{self.forward_to}/v1/checks/{self.forward_check}", json=body)
+            if resp.status_code == 429:
+                time.sleep(float(resp.headers.get("retry-after", "0.2")) or 0.2)
+                continue
+            answer = resp.json()
+            return {"passed": answer["passed"], "reason": answer.get("reason", "")}
+        raise RuntimeError("the catalog kept refusing")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: CheckServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        headers: dict[str, str] = {}
+        if self.path == "/token":
+            form = parse_qs(raw.decode())
+            if form.get("grant_type") != ["client_credentials"]:
+                status, payload = 400, {"error": "unsupported_grant_type"}
+            else:
+                status, payload = owner.issue_token(self.headers.get("Authorization"))
+        elif not owner.authorized(self.headers.get("Authorization")):
+            status, payload = 401, {"detail": "unauthorized"}
+        else:
+            status, payload, headers = owner.check(json.loads(raw))
+        with owner._lock:
+            owner.statuses[status] += 1
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        for key, value in {"Content-Type": "application/json", **headers}.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)

@@ -1,0 +1,134 @@
+"""A check service on its own port with its own, lower, undisclosed limit and OAuth2
+credentials whose tokens expire mid-run: a sweep through real Ray and the simulated
+catalog paces it at its limit, apart from the catalog, and no secret shows anywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import secrets
+from typing import Any
+
+import httpx
+import pytest
+
+from driver_review.config import load_config, parse_config
+from driver_review.identifiers import endpoint_key
+from driver_review.results import read_results
+from driver_review.sim import SimSettings
+from driver_review.sweep import SweepOptions, run_sweep
+from tests.check_server import CheckServer
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
+
+# Set at import, i.e. at collection, before the session's Ray starts: Ray's worker
+# processes inherit the environment the local cluster started with, as a deployment's
+# workers inherit the one their nodes run with. Fresh per run, so a scan can look for them.
+CLIENT_ID = "pacing-client-" + secrets.token_hex(4)
+CLIENT_SECRET = "pacing-secret-" + secrets.token_urlsafe(18)
+CATALOG_TOKEN = "pacing-catalog-" + secrets.token_urlsafe(18)
+os.environ.setdefault("DRIVER_REVIEW_TEST_SCAN_ID", CLIENT_ID)
+os.environ.setdefault("DRIVER_REVIEW_TEST_SCAN_SECRET", CLIENT_SECRET)
+os.environ.setdefault("DRIVER_REVIEW_TEST_CATALOG_TOKEN", CATALOG_TOKEN)
+
+CHECK_RATE = 10.0
+
+
+def _config(catalog_url: str, check_url: str) -> Any:
+    data = load_config().model_dump(exclude_none=True)
+    data["catalog"].update(url=catalog_url, timeout_s=5.0,
+                           auth={"kind": "bearer", "token_env": "DRIVER_REVIEW_TEST_CATALOG_TOKEN"})
+    data["window"].update(lease_s=30.0, batch_size=16)
+    data["results"].update(rollover_s=2.0)
+    for stage in data["stages"]:
+        if stage["name"] == "compatibility":
+            # The telemetry check moves to the third-party service (which answers what the
+            # catalog would, so the truth still holds).
+            stage["checks"] = ["telemetry_api", "hwid_conflicts"]
+    data["checks"]["telemetry_api"] = {
+        "kind": "http",
+        "url": f"{check_url}/check?tenant=t1",
+        "max_wait_s": 30.0,
+        "auth": {"kind": "oauth2_client_credentials", "token_url": f"{check_url}/token",
+                 "client_id_env": "DRIVER_REVIEW_TEST_SCAN_ID",
+                 "client_secret_env": "DRIVER_REVIEW_TEST_SCAN_SECRET", "scope": "scan"},
+    }
+    return parse_config(data, source="test")
+
+
+def _wrong_vs_truth(url: str) -> tuple[int, list[str]]:
+    truth = httpx.get(f"{url}/_sim/truth", timeout=30).json()["drivers"]
+    state = httpx.get(f"{url}/_sim/state", timeout=30).json()["drivers"]
+    wrong = [d for d, t in truth.items()
+             if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])]
+    return len(truth), wrong
+
+
+def _ray_logs() -> list[pathlib.Path]:
+    import ray
+
+    logs = pathlib.Path(ray._private.worker._global_node.get_logs_dir_path())
+    return [p for p in logs.rglob("*") if p.is_file()]
+
+
+@pytest.mark.timeout(300)
+def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
+    sim_factory, tmp_path, capfd
+) -> None:
+    if os.environ["DRIVER_REVIEW_TEST_SCAN_SECRET"] != CLIENT_SECRET:
+        pytest.skip("credentials were set by someone else before this module loaded")
+    sim = sim_factory(SimSettings(drivers=200, seed=12, rate_limit=150))
+    checks = CheckServer(rate=CHECK_RATE, burst=3, client=(CLIENT_ID, CLIENT_SECRET),
+                         token_ttl_s=6.0, forward_to=sim.url).start()
+    try:
+        data_dir = str(tmp_path / "data")
+        summary = run_sweep(_config(sim.url, checks.url),
+                            SweepOptions(data_dir=data_dir, timeout_s=120))
+    finally:
+        checks.stop()
+    errors = [r for r in read_results(data_dir).to_pylist() if r["verdict"] == "error"]
+    assert not summary["timed_out"], (summary["decisions"], checks.statuses, errors[:3])
+    total, wrong = _wrong_vs_truth(sim.url)
+    assert total == 200 and wrong == [], f"{len(wrong)} drivers differ from truth: {wrong[:5]}"
+
+    # The check service: few 429s, run near its limit, tokens refreshed as they expired.
+    calls = sum(checks.statuses.values()) - checks.tokens_issued
+    refused = checks.statuses[429]
+    admitted = checks.admitted_at
+    busy_s = admitted[-1] - admitted[0]
+    figures = (f"check service: {calls} calls, {refused} 429s, {len(admitted)} admitted in "
+               f"{busy_s:.1f}s ({(len(admitted) - 1) / busy_s:.1f}/s), {checks.tokens_issued} "
+               f"tokens; sweep {summary['wall_s']}s")
+    assert checks.statuses[401] == 0 and checks.tokens_issued >= 2
+    assert refused <= 0.05 * calls, checks.statuses
+    assert len(admitted) >= 40
+
+    # A separate governor key for the check endpoint, apart from the catalog's.
+    governor = summary["governor"]
+    check_key, catalog_key = endpoint_key(checks.url), endpoint_key(sim.url)
+    assert {check_key, catalog_key} <= set(governor), list(governor)
+    assert governor[check_key]["429s"] == refused
+
+    # The other stages went at the catalog's pace: intake was done long before the last
+    # compatibility decision, the check service being the slow part.
+    rows = read_results(data_dir).select(["stage", "verdict", "reviewed_at", "reasons"])
+    last: dict[str, float] = {}
+    for row in rows.to_pylist():
+        at = row["reviewed_at"].timestamp()
+        last[row["stage"]] = max(last.get(row["stage"], 0.0), at)
+    figures += f"; last decision after intake at {last['intake'] - min(last.values()):.1f}s, "
+    assert last["intake"] < last["compatibility"] - 2.0, last
+    assert not errors, errors[:3]
+
+    # No secret anywhere: summary (status, governor keys), Parquet, stdout/stderr, Ray logs.
+    secrets_ = [CLIENT_SECRET, CATALOG_TOKEN, *checks.issued]
+    out, err = capfd.readouterr()
+    surfaces = {"summary": json.dumps(summary), "stdout": out, "stderr": err,
+                "parquet": json.dumps(read_results(data_dir).to_pylist(), default=str)}
+    for path in _ray_logs():
+        surfaces[str(path)] = path.read_text(errors="replace")
+    for where, text in surfaces.items():
+        for secret in secrets_:
+            assert secret not in text, f"a secret shows in {where}"
+    print(figures, f"{len(surfaces)} surfaces scanned for {len(secrets_)} secrets")
