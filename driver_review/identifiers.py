@@ -93,3 +93,26 @@ def redact_url(url: str) -> str:
         port = None
     netloc = f"{host}:{port}" if port is not None else host
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def redact_location(location: str) -> str:
+    """A data dir or other location for display: a URI loses credentials and query (an
+    ``s3://KEY:SECRET@bucket`` or ``?secret_key=`` would otherwise show); a local path is
+    shown as it is."""
+    return redact_url(location) if "://" in location else location
+
+
+def redact_in(text: str, url: str) -> str:
+    """``text`` (an error message, a reason) with ``url``'s credentials and query taken
+    out wherever they appear: the whole URL becomes its redacted form, and any stray piece
+    (the password, the user:password pair, the query) becomes ``***``."""
+    if not text or not url:
+        return text
+    out = text.replace(url, redact_url(url))
+    parts = urlsplit(url)
+    secrets = [parts.query, parts.netloc.rpartition("@")[0] if "@" in parts.netloc else "",
+               parts.password or ""]
+    # A piece of one or two characters would blot out ordinary text and hides nothing.
+    for piece in sorted((p for p in secrets if len(p) >= 3), key=len, reverse=True):
+        out = out.replace(piece, "***")
+    return out

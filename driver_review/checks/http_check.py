@@ -25,6 +25,7 @@ from driver_review.errors import (
     ServerError,
     TransportError,
 )
+from driver_review.identifiers import redact_in, redact_url
 
 
 class _Answer(BaseModel):
@@ -56,14 +57,16 @@ class HttpCheck:
     def __init__(self, name: str, url: str, timeout_s: float) -> None:
         self.name = name
         self.url = url
+        #: The URL as shown (errors, reasons in the results, logs): no credentials or query.
+        self.shown_url = redact_url(url)
         self.timeout_s = timeout_s
 
     def __repr__(self) -> str:
-        return f"HttpCheck({self.name!r}, {self.url!r})"
+        return f"HttpCheck({self.name!r}, {self.shown_url!r})"
 
     async def __call__(self, driver: DriverRecord, ctx: CheckContext) -> Outcome:
         body = {"driver_id": driver.id, "version": driver.version}
-        where = f"check {self.name}: POST {self.url}"
+        where = f"check {self.name}: POST {self.shown_url}"
         try:
             # httpx bounds each phase; this bounds the whole exchange (a server trickling
             # bytes would otherwise never time out).
@@ -76,7 +79,8 @@ class HttpCheck:
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise TransportError(f"{where}: timed out after {self.timeout_s:g}s") from exc
         except httpx.HTTPError as exc:
-            raise TransportError(f"{where}: {type(exc).__name__}: {exc}") from exc
+            detail = redact_in(str(exc), self.url)
+            raise TransportError(f"{where}: {type(exc).__name__}: {detail}") from exc
         self._raise_for_status(resp, where)
         try:
             answer = _Answer.model_validate_json(resp.content)
