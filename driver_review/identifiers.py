@@ -9,6 +9,7 @@ shortened to make it fit.
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import urlsplit, urlunsplit
 
 #: A driver id is at most this many characters (the REST contract's limit).
@@ -116,3 +117,30 @@ def redact_in(text: str, url: str) -> str:
     for piece in sorted((p for p in secrets if len(p) >= 3), key=len, reverse=True):
         out = out.replace(piece, "***")
     return out
+
+
+class RedactUrls(logging.Filter):
+    """A logging filter that shows every URL argument of a record redacted. On the
+    ``httpx`` logger: its INFO line for each request quotes the whole URL, credentials and
+    query (an API token) included."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(_redacted_arg(a) for a in record.args)
+        return True
+
+
+def _redacted_arg(arg: object) -> object:
+    # httpx.URL by name: this module does not import httpx.
+    text = arg if isinstance(arg, str) else str(arg) if type(arg).__name__ == "URL" else None
+    if text is None or "://" not in text or any(c.isspace() for c in text):
+        return arg
+    return redact_url(text)
+
+
+REDACT_URLS = RedactUrls()
+
+
+def redact_httpx_logs() -> None:
+    """Install :data:`REDACT_URLS` on the ``httpx`` logger (idempotent)."""
+    logging.getLogger("httpx").addFilter(REDACT_URLS)

@@ -56,7 +56,7 @@ from driver_review.errors import (
     ServerError,
     TransportError,
 )
-from driver_review.identifiers import redact_in
+from driver_review.identifiers import redact_httpx_logs, redact_in
 from driver_review.retry import Backoff, parse_retry_after
 
 # Route templates: the names of calls in stats, metrics and error messages.
@@ -77,6 +77,8 @@ ResponseHook = Callable[[str, int | None, float], None]
 Sleep = Callable[[float], Awaitable[None]]
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
+
+redact_httpx_logs()  # httpx logs each request's whole URL, credentials and all
 
 
 class HttpCatalog:

@@ -25,7 +25,9 @@ from driver_review.errors import (
     ServerError,
     TransportError,
 )
-from driver_review.identifiers import redact_in, redact_url
+from driver_review.identifiers import redact_httpx_logs, redact_in, redact_url
+
+redact_httpx_logs()  # httpx logs each request's whole URL, credentials and all
 
 
 class _Answer(BaseModel):

@@ -4,6 +4,7 @@ keys, error messages, reasons or data-dir displays. The catalog client still sen
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import httpx
 import pytest
@@ -73,7 +74,10 @@ def test_an_http_check_error_names_the_url_without_its_secrets(answer) -> None:
     assert "POST https://catalog.example:8443/api" in message
 
 
-def test_the_catalog_client_sends_the_query_and_credentials_but_never_shows_them() -> None:
+def test_the_catalog_client_sends_the_query_and_credentials_but_never_shows_them(
+    caplog,
+) -> None:
+    caplog.set_level(logging.DEBUG)  # httpx logs every request's URL at INFO
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -104,3 +108,5 @@ def test_the_catalog_client_sends_the_query_and_credentials_but_never_shows_them
     # Shown: neither.
     for message in (missing, broken):
         assert SECRET not in message, message
+    assert "HTTP Request: GET https://catalog.example:8443/api/v1/drivers/gone" in caplog.text
+    assert SECRET not in caplog.text
