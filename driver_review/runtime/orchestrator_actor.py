@@ -190,6 +190,7 @@ class OrchestratorService:
         return mark
 
     async def quiescent(self) -> bool:
+        self._open()  # an orchestrator that refuses work holds nothing: never "all done"
         return self.core.quiescent()
 
     async def stats(self) -> dict[str, Any]:

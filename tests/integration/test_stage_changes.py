@@ -92,6 +92,8 @@ def test_a_removed_stage_refuses_the_start_and_never_restarts(sim_factory, tmp_p
         with pytest.raises(ConfigError, match="no longer has stage 'legal'"):
             orch.call_sync("intake", [Change("d-1", "1.0", 0, Status.IN_REVIEW, time.time())])
         assert orch.call_sync("demand", "intake", 10, "w", 0.1) == []
+        with pytest.raises(ConfigError, match="no longer has stage 'legal'"):
+            orch.call_sync("quiescent")  # holding nothing is not having finished
         time.sleep(2.0)  # four snapshot periods
         later = orch.call_sync("stats")
         assert later["incarnation"] == first["incarnation"]  # no restart, let alone a loop
