@@ -68,11 +68,11 @@ def _metrics_text() -> str:
         return ""
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)
 def test_no_secret_leaves_the_urls_during_a_sweep(sim_factory, tmp_path, caplog) -> None:
     password, token = f"secret-{uuid.uuid4().hex}", f"secret-{uuid.uuid4().hex}"
     secrets = (password, token)
-    sim = sim_factory(drivers=30, seed=5)
+    sim = sim_factory(drivers=20, seed=5)
     checks = ThreadingHTTPServer(("127.0.0.1", 0), _CheckServer)
     threading.Thread(target=checks.serve_forever, daemon=True).start()
     check_url = _with_secrets(f"http://127.0.0.1:{checks.server_port}", password, token, "/check")
@@ -89,7 +89,7 @@ def test_no_secret_leaves_the_urls_during_a_sweep(sim_factory, tmp_path, caplog)
 
     def sweep() -> None:
         result["summary"] = run_sweep(
-            config, SweepOptions(data_dir=data_dir, instance=instance, timeout_s=90),
+            config, SweepOptions(data_dir=data_dir, instance=instance, timeout_s=180),
             Progress(out=open(tmp_path / "progress.txt", "w"), every_s=0.5))  # noqa: SIM115
 
     caplog.set_level(logging.DEBUG)
@@ -97,7 +97,7 @@ def test_no_secret_leaves_the_urls_during_a_sweep(sim_factory, tmp_path, caplog)
     thread.start()
     statuses: list[dict] = []
     metrics = ""
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 240
     while thread.is_alive() and time.monotonic() < deadline:  # bounded: ~2 samples a second
         time.sleep(0.5)
         try:
@@ -133,7 +133,7 @@ def test_no_secret_leaves_the_urls_during_a_sweep(sim_factory, tmp_path, caplog)
 
     # The secrets went where they belong.
     assert token in _CheckServer.tokens
-    assert not summary["timed_out"] and summary["drivers"] == 30
+    assert not summary["timed_out"] and summary["drivers"] == 20
     # ... and nowhere else.
     assert governor_keys == [sim.url]
     assert statuses and all(s not in json.dumps(doc) for doc in statuses for s in secrets)
