@@ -107,7 +107,7 @@ def test_no_secret_leaves_the_urls_during_a_sweep(sim_factory, tmp_path, caplog)
         statuses.append(doc)
         if doc.get("governor") and "driver_review_governor_rate" not in metrics:
             metrics = _metrics_text()
-    thread.join(timeout=10)
+    thread.join(timeout=60)
     checks.shutdown()
     summary = result["summary"]
 
