@@ -64,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_positive(int), default=8000)
     serve.add_argument("--instance", type=_instance, default=DEFAULT_INSTANCE,
                        help="actor name prefix")
+    serve.add_argument(
+        "--migrate-stage", action="append", default=[], metavar="OLD=NEW",
+        help="drivers the snapshot has at removed stage OLD are reviewed again at stage NEW "
+             "(repeatable; adds to window.migrate_stages of the pipeline file)")
 
     status = sub.add_parser("status", help="state of a running instance")
     status.add_argument("--config", help="pipeline file the instance runs with")
@@ -102,7 +106,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _load(args: argparse.Namespace):  # -> PipelineConfig
     from driver_review.config import load_config
 
-    config = load_config(args.config).with_overrides(catalog={"url": args.catalog_url})
+    config = load_config(args.config)
+    overrides: dict[str, dict] = {"catalog": {"url": args.catalog_url}}
+    if getattr(args, "migrate_stage", None):
+        from driver_review.stage_names import parse_migration
+
+        flags = dict(parse_migration(text) for text in args.migrate_stage)
+        overrides["window"] = {"migrate_stages": {**config.window.migrate_stages, **flags}}
+    config = config.with_overrides(**overrides)
     config.check_environment()  # a missing credential: one line naming it, before Ray starts
     return config
 

@@ -21,6 +21,7 @@ from pydantic import (
 
 from driver_review.auth import AuthConfig, check_environment
 from driver_review.errors import ConfigError
+from driver_review.stage_names import migration_problem
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default_pipeline.yaml")
 #: Actor-name prefix of the always-on service; sweeps use ``sweep-<random>``.
@@ -138,6 +139,9 @@ class WindowConfig(_Strict):
     lease_s: PositiveFloat = 120.0
     skew_overlap_s: Annotated[float, Field(ge=0)] = 5.0
     snapshot_s: PositiveFloat = 30.0  # ledger + watermark snapshot period (service only)
+    # Removed stage -> the current stage that takes the drivers a snapshot has there
+    # (see driver_review/stage_names.py); without it a removed stage refuses the start.
+    migrate_stages: dict[str, str] = Field(default_factory=dict)
 
 
 class CacheConfig(_Strict):
@@ -164,6 +168,9 @@ class PipelineConfig(_Strict):
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stage names repeat: {names}")
+        problem = migration_problem(self.window.migrate_stages, names)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property

@@ -9,6 +9,7 @@ shortened to make it fit.
 
 from __future__ import annotations
 
+import logging
 import re
 from urllib.parse import urlsplit, urlunsplit
 
@@ -137,3 +138,51 @@ def endpoint_key(url: str, rate_key: str | None = None) -> str:
     if port is None:
         port = _DEFAULT_PORTS.get(scheme)
     return f"{scheme}://{host}:{port}" if port is not None else f"{scheme}://{host}"
+def redact_location(location: str) -> str:
+    """A data dir or other location for display: a URI loses credentials and query (an
+    ``s3://KEY:SECRET@bucket`` or ``?secret_key=`` would otherwise show); a local path is
+    shown as it is."""
+    return redact_url(location) if "://" in location else location
+
+
+def redact_in(text: str, url: str) -> str:
+    """``text`` (an error message, a reason) with ``url``'s credentials and query taken
+    out wherever they appear: the whole URL becomes its redacted form, and any stray piece
+    (the password, the user:password pair, the query) becomes ``***``."""
+    if not text or not url:
+        return text
+    out = text.replace(url, redact_url(url))
+    parts = urlsplit(url)
+    secrets = [parts.query, parts.netloc.rpartition("@")[0] if "@" in parts.netloc else "",
+               parts.password or ""]
+    # A piece of one or two characters would blot out ordinary text and hides nothing.
+    for piece in sorted((p for p in secrets if len(p) >= 3), key=len, reverse=True):
+        out = out.replace(piece, "***")
+    return out
+
+
+class RedactUrls(logging.Filter):
+    """A logging filter that shows every URL argument of a record redacted. On the
+    ``httpx`` logger: its INFO line for each request quotes the whole URL, credentials and
+    query (an API token) included."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(_redacted_arg(a) for a in record.args)
+        return True
+
+
+def _redacted_arg(arg: object) -> object:
+    # httpx.URL by name: this module does not import httpx.
+    text = arg if isinstance(arg, str) else str(arg) if type(arg).__name__ == "URL" else None
+    if text is None or "://" not in text or any(c.isspace() for c in text):
+        return arg
+    return redact_url(text)
+
+
+REDACT_URLS = RedactUrls()
+
+
+def redact_httpx_logs() -> None:
+    """Install :data:`REDACT_URLS` on the ``httpx`` logger (idempotent)."""
+    logging.getLogger("httpx").addFilter(REDACT_URLS)

@@ -12,13 +12,14 @@ Pure logic: no Ray, no I/O, no clock of its own (times are passed in).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
 import pyarrow as pa
 
+from driver_review import stage_names
 from driver_review.identifiers import MAX_VERSION_BYTES, shown
 
 #: Width of the version columns. A longer version is refused (``observe`` raises), never
@@ -51,7 +52,7 @@ class Work(IntEnum):
     LEASED = 2  # handed to a worker under a lease
 
 
-NO_STAGE = -1
+NO_STAGE = stage_names.NO_STAGE  # -1
 
 _COLUMNS: dict[str, np.dtype] = {
     "version": np.dtype(f"S{VERSION_BYTES}"),  # newest version the catalog told us of
@@ -302,8 +303,12 @@ class Ledger:
         }
 
     # -- Arrow ------------------------------------------------------------------------
-    def to_arrow(self) -> pa.Table:
+    def to_arrow(self, stages: Sequence[str] | None = None) -> pa.Table:
         """The ledger as a table that owns its data: a copy, taken at once.
+
+        With the pipeline's ``stages``, the stage columns hold names (dictionary-encoded),
+        so a load under a changed pipeline maps them by name (:mod:`.stage_names`);
+        without, positions.
 
         ``pa.array`` over a numeric numpy column shares its buffer, and the snapshot is
         written off the event loop while reviews keep updating the columns in place: a
@@ -315,24 +320,69 @@ class Ledger:
             col = self._cols[name][:n]
             if col.dtype.kind == "S":
                 arrays[name] = pa.array(col, pa.binary(VERSION_BYTES)).cast(pa.binary())
+            elif name in _STAGE_COLUMNS and stages is not None:
+                arrays[name] = stage_names.encode(col.copy(), stages)
             else:
                 arrays[name] = pa.array(col.copy())
         return pa.table(arrays)
 
     @classmethod
-    def from_arrow(cls, table: pa.Table) -> Ledger:
+    def from_arrow(
+        cls, table: pa.Table, stages: Sequence[str] | None = None, *,
+        migrate: Mapping[str, str] | None = None, where: str = "the snapshot",
+    ) -> Ledger:
+        """A ledger from :meth:`to_arrow`'s table. With the pipeline's ``stages``, stage
+        names map onto their current positions; drivers at a stage the pipeline lacks
+        raise :class:`~driver_review.stage_names.StagesRemoved` unless ``migrate`` names
+        where they go. A decision taken at a removed stage is forgotten (no current stage
+        was decided), and so is the last decision of a migrated driver: it is reviewed
+        again at its new stage."""
         n = table.num_rows
         ledger = cls(capacity=max(1024, n))
         ids = table.column("driver_id").to_pylist()
         ledger._ids = ids
         ledger._index = {d: i for i, d in enumerate(ids)}
+        forget = np.zeros(n, bool)
         for name, dtype in _COLUMNS.items():
             if name not in table.column_names:  # a snapshot older than this column
                 continue
             col = table.column(name)
-            if dtype.kind == "S":
+            if name in _STAGE_COLUMNS:
+                values, forget_here = _stages_of(col, name, stages, migrate, where)
+                forget |= forget_here
+            elif dtype.kind == "S":
                 values = np.array(col.to_pylist(), dtype=dtype) if n else np.zeros(0, dtype)
             else:
                 values = col.to_numpy().astype(dtype, copy=False)
             ledger._cols[name][:n] = values
+        rows = np.flatnonzero(forget)
+        ledger._cols["decided_stage"][rows] = NO_STAGE
+        ledger._cols["verdict"][rows] = Verdict.NONE
         return ledger
+
+
+_STAGE_COLUMNS = ("stage", "decided_stage")
+
+
+def _stages_of(
+    col: pa.ChunkedArray, name: str, stages: Sequence[str] | None,
+    migrate: Mapping[str, str] | None, where: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One stage column as current positions, and the rows whose decision is forgotten."""
+    if stages is None:  # positions in, positions out (tables that never left the process)
+        if stage_names.is_named(col):
+            raise ValueError(f"{name} holds stage names: loading needs the pipeline's stages")
+        return col.to_numpy().astype(np.int16, copy=False), np.zeros(len(col), bool)
+    if name == "stage":
+        positions, missing = stage_names.decode(col, stages, migrate)
+        if missing:
+            raise stage_names.StagesRemoved(missing, where=where, stages=stages)
+        migrated = np.zeros(len(col), bool)
+        if migrate and stage_names.is_named(col):
+            plain, _ = stage_names.decode(col, stages)
+            migrated = plain == stage_names.UNKNOWN
+        return positions, migrated
+    positions, _ = stage_names.decode(col, stages)  # a decision does not migrate
+    gone = positions == stage_names.UNKNOWN
+    positions[gone] = NO_STAGE
+    return positions, gone

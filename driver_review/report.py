@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from driver_review import quarantine
+from driver_review.identifiers import redact_location
 from driver_review.results import read_results
 
 
@@ -32,7 +33,7 @@ def build_report(data_dir: str) -> dict[str, Any]:
     first = pc.min(table.column("reviewed_at")).as_py() if rows else None
     last = pc.max(table.column("reviewed_at")).as_py() if rows else None
     return {
-        "data_dir": data_dir,
+        "data_dir": redact_location(data_dir),  # an s3:// URI may hold keys
         "rows": rows,
         "drivers": len(pc.unique(table.column("driver_id"))) if rows else 0,
         "verdicts": dict(verdicts),

@@ -113,6 +113,8 @@ def read_status(config: PipelineConfig, instance: str) -> dict[str, Any]:
 
 def format_status(status: dict[str, Any]) -> list[str]:
     lines = [f"instance {status['instance']}: {'ok' if status['ok'] else 'DEGRADED'}"]
+    if status.get("refused"):
+        lines.append(f"  refusing work: {status['refused']}")
     if status.get("unavailable"):
         lines.append("  unavailable: " + ", ".join(f"{k} ({v})"
                                                   for k, v in status["unavailable"].items()))

@@ -107,18 +107,19 @@ class SnapshotStore:
                     self.fs.delete_file(f"{self.dir}/{name}")
 
     # -- reading -----------------------------------------------------------------------
-    def load(self) -> Snapshot | None:
-        """The newest complete snapshot, or None when there is none."""
+    def load(self, columns: list[str] | None = None) -> Snapshot | None:
+        """The newest complete snapshot, or None when there is none; with ``columns``,
+        only those columns of its table are decoded (the file is still verified whole)."""
         for seq in self._manifests():
             try:
-                return self._read(seq)
+                return self._read(seq, columns)
             except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
                 self.skipped_corrupt += 1
                 log.warning("snapshot %s in %s is unusable (%s); trying the one before",
                             seq, self.dir, exc)
         return None
 
-    def _read(self, seq: int) -> Snapshot:
+    def _read(self, seq: int, columns: list[str] | None = None) -> Snapshot:
         with self.fs.open_input_stream(f"{self.dir}/MANIFEST-{seq}.json") as f:
             manifest = json.loads(f.read())
         path = f"{self.dir}/{manifest['file']}"
@@ -126,7 +127,7 @@ class SnapshotStore:
             data = f.read()
         if len(data) != manifest["bytes"] or hashlib.sha256(data).hexdigest() != manifest["sha256"]:
             raise ValueError(f"{manifest['file']}: size or sha256 differs from its manifest")
-        table = pq.read_table(pa.BufferReader(data))
+        table = pq.read_table(pa.BufferReader(data), columns=columns)
         watermark = float((table.schema.metadata or {})[_WATERMARK_KEY])
         if watermark != manifest["watermark"]:
             raise ValueError(f"{manifest['file']}: watermark differs from its manifest")

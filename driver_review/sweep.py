@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from driver_review.backlog import Lane
 from driver_review.config import PipelineConfig
 from driver_review.errors import IntakeFull
+from driver_review.identifiers import redact_location
 from driver_review.ledger import Change
 from driver_review.quarantine import BadRow, taken
 from driver_review.runtime.clients import make_catalog
@@ -156,7 +157,7 @@ def summarize(final: dict[str, Any], *, listed: int, wall_s: float,
     ledger = orch.get("ledger", {})
     return {
         "instance": instance,
-        "data_dir": os.fspath(data_dir),
+        "data_dir": redact_location(os.fspath(data_dir)),  # an s3:// URI may hold keys
         "drivers": listed,
         "decisions": orch.get("counters", {}).get("verdicts", {}),
         "final_states": {k: ledger.get(k, 0) for k in ("published", "rejected", "in_review")},

@@ -43,8 +43,9 @@ async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S
     status: dict[str, Any] = {
         "instance": system.instance,
         "at": time.time(),
-        "ok": not unavailable,
+        "ok": not unavailable and not orch.get("refused"),
         "unavailable": unavailable,
+        "refused": orch.get("refused"),  # why the orchestrator takes no work, or None
         "window": orch.get("window"),
         "watermark": orch.get("watermark"),
         "high_water": orch.get("high_water"),

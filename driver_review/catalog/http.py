@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -68,7 +68,7 @@ from driver_review.errors import (
     ServerError,
     TransportError,
 )
-from driver_review.identifiers import shown
+from driver_review.identifiers import redact_httpx_logs, redact_in, shown
 from driver_review.quarantine import BadRow, bad_row, model_problem, summary_problem
 from driver_review.retry import Backoff, parse_retry_after
 
@@ -90,6 +90,8 @@ ResponseHook = Callable[[str, int | None, float], None]
 Sleep = Callable[[float], Awaitable[None]]
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
+
+redact_httpx_logs()  # httpx logs each request's whole URL, credentials and all
 
 
 class HttpCatalog:
@@ -121,10 +123,14 @@ class HttpCatalog:
         self._wall_clock = wall_clock  # to read HTTP-date Retry-After values
         self._max_retry_wait_s = max_retry_wait_s
         self._backoff = Backoff(config.backoff_base_s, config.backoff_max_s, rng or random.Random())
+        base, query = _split_query(config.url)
         self._client = httpx.AsyncClient(
-            base_url=config.url,
+            base_url=base,
             # Credentials from the environment (read now; a missing one was caught at start).
             auth=build_auth(config.auth, "catalog.auth"),
+            # A query in the catalog URL (an API token, say) goes with every request: left
+            # in the base URL, httpx would append the paths to it.
+            params=query,
             transport=transport,
             timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
             limits=httpx.Limits(
@@ -306,7 +312,7 @@ class HttpCatalog:
                 self._record(route, "too_large", self._clock() - started)
                 raise
             except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
-                err = _from_httpx(exc, f"{what}: {{}} {of}", route)
+                err = _from_httpx(exc, f"{what}: {{}} {of}", route, self.config.url)
                 err.__cause__ = exc
                 self._record(route, _kind(exc), self._clock() - started)
                 if not isinstance(err, RetryableError) or attempt == attempts:
@@ -457,10 +463,17 @@ def _kind(exc: BaseException) -> str:
     return "transport"
 
 
-def _from_httpx(exc: BaseException, template: str, route: str) -> CatalogError:
-    """The most specific error of :mod:`driver_review.errors` for an httpx failure."""
+def _split_query(url: str) -> tuple[str, list[tuple[str, str]]]:
+    parts = urlsplit(url)
+    base = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+    return base, parse_qsl(parts.query, keep_blank_values=True)
+
+
+def _from_httpx(exc: BaseException, template: str, route: str, url: str = "") -> CatalogError:
+    """The most specific error of :mod:`driver_review.errors` for an httpx failure; the
+    catalog URL's credentials and query never reach its message."""
     name = type(exc).__name__
-    text = " ".join(str(exc).split())[:_DETAIL_CHARS] or name
+    text = " ".join(redact_in(str(exc), url).split())[:_DETAIL_CHARS] or name
     if isinstance(exc, httpx.TimeoutException):
         return TransportError(template.format(f"timed out ({name})"), route=route)
     if isinstance(exc, httpx.RemoteProtocolError):

@@ -35,8 +35,10 @@ from driver_review.errors import (
     ServerError,
     TransportError,
 )
-from driver_review.identifiers import endpoint_key, redact_url
+from driver_review.identifiers import endpoint_key, redact_httpx_logs, redact_url
 from driver_review.retry import parse_retry_after
+
+redact_httpx_logs()  # httpx logs each request's whole URL, credentials and all
 
 #: Without a limiter (tests, a bare ``run_stage``) a 429 without Retry-After waits this
 #: long, doubling per attempt; with one, the governor's slower schedule is the wait.
@@ -61,6 +63,8 @@ class HttpCheck:
     ) -> None:
         self.name = name
         self.url = url
+        #: The URL as shown (errors, reasons in the results, logs): no credentials or query.
+        self.shown_url = redact_url(url)
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.max_wait_s = max_wait_s

@@ -18,12 +18,14 @@ import ray
 
 from driver_review.backlog import Lane
 from driver_review.config import PipelineConfig
+from driver_review.errors import ConfigError
 from driver_review.ledger import Change, Ledger
 from driver_review.orchestrator import ItemResult, Lease, OrchestratorCore
 from driver_review.quarantine import BadRow
 from driver_review.quarantine import writer as quarantine_writer
 from driver_review.runtime import metrics
 from driver_review.snapshot import SnapshotStore
+from driver_review.stage_names import StagesRemoved
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,22 @@ class OrchestratorService:
         # resumes from the newest complete snapshot and re-queues what was pending.
         self.snapshots = SnapshotStore(data_dir, instance) if data_dir else None
         loaded = self.snapshots.load() if self.snapshots else None
-        ledger = Ledger.from_arrow(loaded.table) if loaded else None
+        #: Why this orchestrator takes no work (its snapshot names a stage the pipeline no
+        #: longer has), or None. ``start_system`` refuses such a start before creating the
+        #: actor; this catches the rest (a snapshot written meanwhile, an actor created
+        #: elsewhere). Raising would not help: Ray restarts a detached actor forever, and
+        #: starting empty would snapshot over the ledger. So it says why, in its log, its
+        #: stats and every call, and keeps the snapshot as it is.
+        self.refused: str | None = None
+        ledger = None
+        if loaded is not None:
+            try:
+                ledger = Ledger.from_arrow(
+                    loaded.table, config.stage_names, migrate=config.window.migrate_stages,
+                    where=f"the snapshot of instance {instance!r}")
+            except StagesRemoved as exc:
+                self.refused, self.snapshots, loaded = str(exc), None, None
+                log.error("orchestrator refuses work: %s", exc)
         self.core = OrchestratorCore(config, put=ray.put, ledger=ledger)
         if loaded is not None:
             self.core.advance_watermark(loaded.watermark)
@@ -99,7 +116,8 @@ class OrchestratorService:
         if self.snapshots is None:
             return None
         # Taken in one step on the event loop, so table and watermark agree; written off it.
-        table, watermark = self.core.ledger.to_arrow(), self.core.watermark
+        table = self.core.ledger.to_arrow(self.core.stages)  # names: see stage_names.py
+        watermark = self.core.watermark
         self._last_snapshot = time.monotonic()
         path = await asyncio.to_thread(self.snapshots.write, table, watermark)
         self.snapshots_written += 1
@@ -120,12 +138,20 @@ class OrchestratorService:
             if len(self.core.backlogs[stage]):
                 event.set()
 
+    def _open(self) -> None:
+        """Raise the refusal's one line (a ``ConfigError``) when this orchestrator refuses
+        work; callers see it instead of a dead actor."""
+        if self.refused is not None:
+            raise ConfigError(self.refused)
+
     async def ping(self) -> bool:
+        self._open()
         self._ensure_ticker()
         return True
 
     async def intake(self, changes: Sequence[Change], lane: int = Lane.FRESH) -> int:
         """Raises ``IntakeFull`` (nothing taken) above the high-water mark."""
+        self._open()
         self._ensure_ticker()
         queued = self.core.intake(changes, Lane(lane))
         self._signal()
@@ -137,6 +163,9 @@ class OrchestratorService:
     async def demand(
         self, stage: str, n: int, worker: str = "", wait_s: float = 1.0
     ) -> list[Lease]:
+        if self.refused is not None:  # no work to give: workers wait instead of spinning
+            await asyncio.sleep(max(0.0, wait_s))
+            return []
         self._ensure_ticker()
         event = self._work_ready[stage]
         leases = self.core.demand(stage, n, worker)
@@ -150,6 +179,7 @@ class OrchestratorService:
         return self.core.demand(stage, n, worker)
 
     async def report(self, lease_id: int, outcomes: Sequence[ItemResult]) -> None:
+        self._open()
         self.core.report(lease_id, outcomes)
         self._signal()
 
@@ -162,6 +192,7 @@ class OrchestratorService:
 
     async def watermark(self) -> tuple[float, str]:
         """The watermark, and the incarnation that holds what it covers."""
+        self._open()  # the poller must not bootstrap into an orchestrator that refuses
         return self.core.watermark, self.incarnation
 
     async def advance_watermark(self, catalog_time: float, incarnation: str) -> float:
@@ -171,6 +202,7 @@ class OrchestratorService:
         process that died (before a snapshot kept it): moving this process's watermark past
         it would lose it. Such an advance is refused; the next poll reads the window again.
         """
+        self._open()
         if incarnation != self.incarnation:
             self.stale_advances += 1
             return self.core.watermark
@@ -181,6 +213,7 @@ class OrchestratorService:
         return mark
 
     async def quiescent(self) -> bool:
+        self._open()  # an orchestrator that refuses work holds nothing: never "all done"
         return self.core.quiescent()
 
     async def stats(self) -> dict[str, Any]:
@@ -188,7 +221,7 @@ class OrchestratorService:
             **self.core.stats(), "memory": process_memory(), "restored_from": self.restored_from,
             "started_at": self.started_at, "snapshots_written": self.snapshots_written,
             "incarnation": self.incarnation, "stale_advances": self.stale_advances,
-            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_id": ray.get_runtime_context().get_node_id(), "refused": self.refused,
         }
 
     async def backlog_depths(self) -> dict[str, int]:

@@ -13,9 +13,11 @@ from typing import Any
 
 import ray
 
+from driver_review import stage_names
 from driver_review.config import PipelineConfig
 from driver_review.runtime import actors
 from driver_review.runtime.names import NAMESPACE, ActorRef, actor_name
+from driver_review.snapshot import SnapshotStore
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ def start_system(
     """Create (or join, by name) every actor of ``instance`` and start the pools; with
     ``poll``, also the delta poller (the always-on service)."""
     config.check_environment()  # a missing credential fails here, not in every actor
+    if poll:
+        check_snapshot_stages(config, instance, data_dir)
     handles: list[Any] = [
         actors.governor(config, instance),
         # Only the always-on service keeps snapshots; a sweep starts from nothing anyway.
@@ -68,6 +72,21 @@ def start_system(
     if poll:
         ray.get(actors.poller(config, instance, poll_interval_s).start.remote())
     return System.attach(config, instance, data_dir)
+
+
+def check_snapshot_stages(config: PipelineConfig, instance: str, data_dir: str) -> None:
+    """Refuse a start, before any actor exists, whose newest snapshot has drivers at a stage
+    the pipeline no longer has (and no migration for it): one line naming the stage, how
+    many drivers sit there and what to do. Checked here because the orchestrator is a
+    detached actor that Ray restarts forever; it refuses such a snapshot too, but only once
+    it exists. Reads the stage column alone."""
+    store = SnapshotStore(data_dir, instance)
+    loaded = store.load(columns=["stage"])
+    if loaded is None:
+        return
+    stage_names.check(loaded.table.column("stage"), config.stage_names,
+                      config.window.migrate_stages,
+                      where=f"the snapshot of instance {instance!r}")
 
 
 async def stop_system(system: System, *, drain_timeout_s: float = 60.0) -> dict[str, Any]:
