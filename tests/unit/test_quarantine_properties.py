@@ -34,7 +34,8 @@ versions = st.from_regex(r"[0-9]{1,4}(\.[0-9]{1,4}){0,3}(-[a-z0-9]{1,6})?", full
 times = st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2025, 6, 1),
                      timezones=st.just(UTC))
 control = st.sampled_from(["\n", "\x00", "\x1b[2J", "\r", "\u2028"])
-json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(),
+                         st.floats(allow_nan=False, allow_infinity=False),
                          st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3),
                                                                               st.integers(),
                                                                               max_size=2))
