@@ -55,6 +55,9 @@ class CatalogConfig(_Strict):
     auth: AuthConfig | None = None
     #: The governor key (default ``scheme://host:port`` of ``url``): share or split pacing.
     rate_key: RateKey | None = None
+    #: ``package.module:factory`` of the adapter (see :mod:`driver_review.catalog.adapter`);
+    #: None for the REST adapter of the contract.
+    adapter: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] | None = None
 
 
 class GovernorConfig(_Strict):
@@ -190,6 +193,9 @@ class PipelineConfig(_Strict):
         """Every credential the pipeline names is set: a ConfigError naming the first
         variable that is not. Called before any actor starts."""
         check_environment(self.catalog.auth, "catalog.auth")
+        from driver_review.catalog.adapter import load_factory  # imports the catalog client
+
+        load_factory(self.catalog.adapter)  # importable here, so in every actor too
         used = {name for stage in self.stages for name in stage.checks}
         for name in sorted(used):
             check_environment(self.check_spec(name).auth, f"checks.{name}.auth")

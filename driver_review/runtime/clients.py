@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from driver_review.catalog.http import HttpCatalog
+from driver_review.catalog.adapter import build_catalog
+from driver_review.catalog.base import Catalog
 from driver_review.config import PipelineConfig
 from driver_review.identifiers import endpoint_key
 from driver_review.runtime.governor_actor import RemoteLimiter
@@ -12,12 +13,13 @@ from driver_review.runtime.names import ActorRef, actor_name
 __all__ = ["endpoint_key", "make_catalog"]
 
 
-def make_catalog(config: PipelineConfig, instance: str) -> tuple[HttpCatalog, RemoteLimiter]:
+def make_catalog(config: PipelineConfig, instance: str) -> tuple[Catalog, RemoteLimiter]:
+    """The configured catalog adapter, paced by the governor under the catalog's key."""
     governor = ActorRef(actor_name(instance, "governor"))
     limiter = RemoteLimiter(
         governor, endpoint_key(config.catalog.url, config.catalog.rate_key),
         batch=config.governor.lease_size,
     )
-    catalog = HttpCatalog(config.catalog, limiter=limiter, on_response=call_recorder(instance),
-                          stages=config.stage_names)
+    catalog = build_catalog(config.catalog, limiter=limiter,
+                            on_response=call_recorder(instance), stages=config.stage_names)
     return catalog, limiter
