@@ -71,6 +71,7 @@ def create_app(settings: SimSettings, state: CatalogState) -> Edge:
             seed=settings.seed,
             drop_rate=settings.webhook_drop_rate,
             fat=settings.fat_pings,
+            thin=settings.thin_pings,
         )
     generator = ChangeGenerator(state, settings, sender.offer if sender else None)
     bad_rows = BadRows(settings.bad_rows, settings.seed)

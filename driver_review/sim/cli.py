@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--webhook-secret", help="whsec_… secret to sign pings with")
     add("--webhook-drop-rate", type=float, default=0.0, help="share of pings never sent")
     add("--fat-pings", action="store_true", help="pings carry the whole driver record")
+    add("--thin-pings", action="store_true", help="pings carry only the driver's id")
     add("--bad-rows", type=float, default=0.0, metavar="F",
         help="share of listing/changes rows rendered bad (0..1); the truth is unchanged")
     add("--package-size", type=int, default=16384, metavar="BYTES", help="bytes per package")

@@ -40,6 +40,7 @@ class SimSettings(BaseModel):
     webhook_secret: str | None = None  # whsec_...
     webhook_drop_rate: Share = 0.0
     fat_pings: bool = False
+    thin_pings: bool = False  # data holds only the id (the receiver looks the driver up)
     package_size: Annotated[int, Field(ge=1, le=256 * 1024 * 1024)] = 16384  # bytes
     # Share of listing and changes rows rendered bad (see driver_review.sim.badrows).
     bad_rows: Share = 0.0
@@ -57,6 +58,8 @@ class SimSettings(BaseModel):
                 raise ValueError("webhook_url: must be an http:// or https:// URL")
             if not self.webhook_secret:
                 raise ValueError("webhook_secret: required with webhook_url")
+        if self.fat_pings and self.thin_pings:
+            raise ValueError("fat_pings and thin_pings: choose one")
         if self.webhook_secret is not None:
             try:
                 decode_secret(self.webhook_secret)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import time
 import uuid
@@ -52,7 +53,14 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return min(max(seconds, 0.0), RETRY_AFTER_MAX_S)
 
 
-def ping_body(record: DriverRecord, *, fat: bool) -> bytes:
+def ping_body(record: DriverRecord, *, fat: bool = False, thin: bool = False) -> bytes:
+    """A ``driver.updated`` message: the driver's summary (the default), with the whole
+    record under ``data.record`` (``fat``), or ``data`` holding only ``id`` (``thin``, as
+    most senders send: the receiver looks the driver up)."""
+    if thin:
+        return json.dumps({"type": "driver.updated",
+                           "timestamp": datetime.now(UTC).isoformat(),
+                           "data": {"id": record.id}}).encode()
     ping = WebhookPing(
         type="driver.updated",
         timestamp=datetime.now(UTC),
@@ -80,6 +88,7 @@ class WebhookSender:
         seed: int = 0,
         drop_rate: float = 0.0,
         fat: bool = False,
+        thin: bool = False,
         concurrency: int = CONCURRENCY,
         queue_max: int = QUEUE_MAX,
         max_attempts: int = MAX_ATTEMPTS,
@@ -89,6 +98,7 @@ class WebhookSender:
         self.stats = stats
         self.drop_rate = drop_rate
         self.fat = fat
+        self.thin = thin
         self.concurrency = concurrency
         self.max_attempts = max_attempts
         self._queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(maxsize=queue_max)
@@ -128,7 +138,7 @@ class WebhookSender:
             return False
         msg_id = "msg_" + uuid.uuid4().hex
         try:
-            self._queue.put_nowait((msg_id, ping_body(record, fat=self.fat)))
+            self._queue.put_nowait((msg_id, ping_body(record, fat=self.fat, thin=self.thin)))
         except asyncio.QueueFull:
             self.stats.webhooks["overflow"] += 1
             return False
