@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
+from driver_review.catalog.models import DriverRecord, PackageInfo
 from driver_review.sim import SimSettings
 from driver_review.sim.webhooks import ping_body
 
 
 def test_thin_fat_and_summary_pings_carry_what_their_name_says() -> None:
-    from datetime import UTC, datetime
-
-    from driver_review.catalog.models import DriverRecord, PackageInfo
-
     rec = DriverRecord(id="drv-1", vendor_id="10de", vendor="NVIDIA", name="gfx", version="2.0",
                        stage="intake", status="in_review", hardware_ids=["PCI\\VEN_10DE"],
                        package=PackageInfo(size=1, sha256="0" * 64),
