@@ -32,6 +32,7 @@ from typing import Any, TextIO
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from driver_review.backlog import Lane
+from driver_review.catalog.http import HttpCatalog
 from driver_review.config import PipelineConfig
 from driver_review.errors import CatalogError, IntakeFull
 from driver_review.ledger import Change
@@ -160,6 +161,9 @@ class _Run:
             raise Unfinished(f"orchestrator unreachable for "
                              f"{self.system.orchestrator.timeout_s:.0f} s "
                              f"({type(exc).__name__})") from exc
+        if state["incarnation"] not in self.verdicts and self.verdicts:
+            log.warning("sweep: the orchestrator restarted (incarnation %d, %s)",
+                        len(self.verdicts) + 1, state["incarnation"][:8])
         self.verdicts[state["incarnation"]] = state["verdicts"]
         self._last = state
         return state
@@ -188,7 +192,7 @@ class _Run:
                 # The first feed, or the orchestrator restarted (empty, or holding part of
                 # a feed): give the catalog's whole current state to the one now running.
                 if self.fed is not None:
-                    log.warning("sweep: the orchestrator restarted; listing the catalog again")
+                    log.warning("sweep: listing the catalog again for the restarted orchestrator")
                 self.fed = await self._feed()
                 continue
             if not state["quiescent"]:
@@ -233,25 +237,34 @@ class _Run:
         after = (await self._state())["incarnation"]
         return after if after == before else None
 
-    async def unresolved(self) -> int:
-        """Drivers still in review, from the best source reachable now: the orchestrator
-        that holds the whole feed, else a fresh count from the catalog, else the last
-        listing (what it saw in review, perhaps decided since: an upper bound)."""
-        if not self.orchestrator_down and self.fed is not None:
-            try:
-                state = await asyncio.wait_for(self._state(), COUNT_TIMEOUT_S)
-                if state["incarnation"] == self.fed:
-                    return int(state["in_review"])
-            except (Unfinished, TimeoutError):
-                pass
+    async def held_unresolved(self) -> int | None:
+        """Drivers in review per the orchestrator that holds the whole feed, if it answers
+        (None otherwise: a restarted one knows only part of the catalog)."""
+        if self.orchestrator_down or self.fed is None:
+            return None
         try:
-            return await asyncio.wait_for(self._count(), COUNT_TIMEOUT_S)
-        except (CatalogError, TimeoutError):
-            return self.listing.in_review
+            state = await asyncio.wait_for(self._state(), COUNT_TIMEOUT_S)
+        except (Unfinished, TimeoutError):
+            return None
+        return int(state["in_review"]) if state["incarnation"] == self.fed else None
 
-    async def _count(self) -> int:
+    async def count_unresolved(self, held: int | None) -> int:
+        """Drivers still in review, counted once the pools have drained (so nothing decided
+        meanwhile is counted): from the catalog itself, else what the orchestrator held,
+        else the last listing (what it saw in review, perhaps decided since)."""
+        # The instance is stopped, governor included: a few unpaced pages, bounded.
+        catalog = HttpCatalog(self.config.catalog)
+        try:
+            return await asyncio.wait_for(self._count(catalog), COUNT_TIMEOUT_S)
+        except (CatalogError, TimeoutError) as exc:
+            log.warning("sweep: counting what is unresolved: %s", exc)
+            return held if held is not None else self.listing.in_review
+        finally:
+            await catalog.aclose()
+
+    async def _count(self, catalog: Any) -> int:
         listing = Listing()
-        async for summary in self.catalog.iter_drivers():
+        async for summary in catalog.iter_drivers():
             listing.listed += 1
             listing.by_status[summary.status] = listing.by_status.get(summary.status, 0) + 1
         self.listing = listing
@@ -275,19 +288,20 @@ async def _sweep(config: PipelineConfig, options: SweepOptions, progress: Progre
     catalog, _ = make_catalog(config, instance)
     run = _Run(config, system, catalog, progress, options.timeout_s)
     reason = ""
-    unresolved = 0
+    held: int | None = None
     try:
         try:
             await run.drive()
         except Unfinished as exc:
             reason = str(exc)
-            unresolved = await run.unresolved()
+            held = await run.held_unresolved()
         run.report_final()
         wall_s = time.monotonic() - run.started
     finally:
         listing_calls = catalog.stats().get("calls", {})
         await catalog.aclose()
         final = await stop_system(system)
+    unresolved = await run.count_unresolved(held) if reason else 0
     return summarize(
         final, listed=run.listing.listed, final_states=run.listing.by_status,
         decisions=_merge_verdicts(run.verdicts), wall_s=wall_s, listing_calls=listing_calls,
