@@ -5,9 +5,9 @@ runs as ``python -m tests.faults.actor_killer`` with ``RAY_ADDRESS`` set to that
 and takes one command a line on stdin, answering one JSON line each on stdout:
 
 - ``kill NAME`` (or ``kill PREFIX*``: the first live actor whose name starts so):
-  ``ray.kill(..., no_restart=False)`` — Ray restarts it — then waits until the restarted
-  actor answers ``stats`` again: ``{"killed": NAME, "back_s": s}``, ``{"missing": NAME}``
-  or ``{"killed": NAME, "back_s": null}`` when it did not answer within ``BACK_TIMEOUT_S``.
+  ``ray.kill(..., no_restart=False)`` — Ray restarts it — then waits until a new process
+  answers for the actor (``stats`` too): ``{"killed": NAME, "back_s": s}``, or
+  ``{"missing": NAME}``, or ``"back_s": null`` when none did within ``BACK_TIMEOUT_S``.
 - ``quit``.
 """
 
@@ -46,17 +46,24 @@ def kill(pattern: str) -> dict[str, Any]:
         handle = None
     if handle is None:
         return {"missing": pattern}
+    pid = _pid(handle)
     ray.kill(handle, no_restart=False)
     killed = time.monotonic()
     deadline = killed + BACK_TIMEOUT_S
-    time.sleep(0.2)  # let the kill land before asking: the old process may still answer
     while time.monotonic() < deadline:
         try:
-            ray.get(handle.stats.remote(), timeout=5)
-            return {"killed": name, "back_s": round(time.monotonic() - killed, 2)}
+            # Back when a new process answers: the old one may answer until the kill lands.
+            if _pid(handle) != pid:
+                ray.get(handle.stats.remote(), timeout=5)
+                return {"killed": name, "back_s": round(time.monotonic() - killed, 2)}
         except (RayActorError, GetTimeoutError):
-            time.sleep(0.2)
+            pass
+        time.sleep(0.1)
     return {"killed": name, "back_s": None}
+
+
+def _pid(handle: Any) -> int:
+    return int(ray.get(handle.__ray_call__.remote(lambda _self: os.getpid()), timeout=5))
 
 
 def main() -> None:
