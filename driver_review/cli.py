@@ -126,16 +126,18 @@ def _run(args: argparse.Namespace) -> int:
         serve_forever(settings_from_args(args))
         return 0
     if args.command == "sweep":
-        from driver_review.sweep import SweepOptions, format_summary, run_sweep
+        from driver_review.sweep import SweepOptions, failure_line, format_summary, run_sweep
 
         summary = run_sweep(
             _load(args),
             SweepOptions(data_dir=args.data_dir, instance=args.instance, timeout_s=args.timeout_s),
         )
         format_summary(summary)
+        if not summary["ok"]:
+            print(failure_line(summary), file=sys.stderr, flush=True)
         if args.json:
             print(json.dumps(summary, sort_keys=True))
-        return 1 if summary["timed_out"] else 0
+        return 0 if summary["ok"] else 1
     if args.command == "serve":
         from driver_review.service import run_service
 

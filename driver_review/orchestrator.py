@@ -472,6 +472,10 @@ class OrchestratorCore:
             pending = np.setdiff1d(pending, np.fromiter(self._parked, np.int64))
         return c["queued"] == 0 and c["leased"] == 0 and len(pending) == 0
 
+    def parked(self) -> int:
+        """Drivers whose newest row or record could not be taken: waiting, not pending."""
+        return len(self._parked)
+
     def stats(self) -> dict[str, Any]:
         now = self.clock()
         b = self._bucket
@@ -496,7 +500,7 @@ class OrchestratorCore:
             "oldest_review_age_s": self.ledger.oldest_review_age(now),
             "high_water": self.window.high_water,
             "watermark": self.watermark,
-            "quarantined": {**self.quarantine.stats(), "parked": len(self._parked)},
+            "quarantined": {**self.quarantine.stats(), "parked": self.parked()},
             "counters": {
                 "intake_calls": self.counters.intake_calls,
                 "events": self.counters.events,

@@ -216,6 +216,20 @@ class OrchestratorService:
         self._open()  # an orchestrator that refuses work holds nothing: never "all done"
         return self.core.quiescent()
 
+    async def progress(self) -> dict[str, Any]:
+        """What a sweep polls, in one call so that quiescence and the incarnation reporting
+        it always agree: a restarted, empty process is quiescent too, and only the
+        incarnation that holds the sweep's whole feed may be believed."""
+        counts = self.core.ledger.counts()
+        return {
+            "incarnation": self.incarnation, "quiescent": self.core.quiescent(),
+            "drivers": counts["drivers"], "in_review": counts["in_review"],
+            "queued": self.core.queued(), "leased": counts["leased"],
+            "invalid": self.core.counters.invalid,
+            "parked": self.core.parked(),
+            "verdicts": dict(self.core.counters.verdicts),
+        }
+
     async def stats(self) -> dict[str, Any]:
         return {
             **self.core.stats(), "memory": process_memory(), "restored_from": self.restored_from,

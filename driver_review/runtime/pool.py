@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import ray
+from ray.exceptions import ActorAlreadyExistsError
 
 from driver_review.autoscale import AutoscalePolicy, PoolSample
 from driver_review.config import PipelineConfig
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 
 TICK_S = 1.0
 DRAIN_TIMEOUT_S = 60.0
+#: Names tried when adding a worker (a restarted pool may find its first ones taken).
+NAME_ATTEMPTS = 1000
 
 
 class StagePoolService:
@@ -61,9 +64,14 @@ class StagePoolService:
     async def start(self) -> int:
         async with self._starting:  # the constructor's start and an explicit one
             if self._ticker is None or self._ticker.done():
-                while len(self.workers) < self.policy.min_workers:
-                    await self._add("start")
-                self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+                try:
+                    while len(self.workers) < self.policy.min_workers:
+                        await self._add("start")
+                finally:
+                    # Whatever happened, tick: the autoscaler tops a pool up to min_workers,
+                    # so a restarted pool whose first start failed still gets its workers.
+                    self._ticker = asyncio.get_running_loop().create_task(
+                        self._tick_forever())
         return len(self.workers)
 
     async def _tick_forever(self) -> None:
@@ -128,10 +136,19 @@ class StagePoolService:
     async def _add(self, reason: str) -> None:
         from driver_review.runtime.actors import new_worker
 
-        self._serial += 1
-        name = actor_name(self.instance, "worker", self.stage, str(self._serial))
-        handle = new_worker(self.config, stage=self.stage, instance=self.instance, name=name,
-                            data_dir=self.data_dir)
+        for _ in range(NAME_ATTEMPTS):
+            self._serial += 1
+            name = actor_name(self.instance, "worker", self.stage, str(self._serial))
+            try:
+                handle = new_worker(self.config, stage=self.stage, instance=self.instance,
+                                    name=name, data_dir=self.data_dir)
+                break
+            except ActorAlreadyExistsError:
+                # A restarted pool counts from 1 again, and the workers of the process that
+                # died (owned by it, so dying with it) may not be gone yet: skip their names.
+                continue
+        else:
+            raise RuntimeError(f"pool {self.stage}: {NAME_ATTEMPTS} worker names all taken")
         await handle.start.remote()
         self.workers[name] = handle
         self.peak_workers = max(self.peak_workers, len(self.workers))
