@@ -371,6 +371,9 @@ def summarize(final: dict[str, Any], *, listed: int, final_states: dict[str, int
             **{k: v for k, v in orch.get("quarantined", {}).items()
                if k in ("total", "by_kind", "parked")},
             "resolved": sum((listing_rows or {}).get("resolved", {}).values()),
+            # Bad rows the listings yielded, every pass counted (a confirming listing reads
+            # the same bad rows again; ``total`` counts each distinct row once).
+            "listed_bad": sum((listing_rows or {}).get("bad", {}).values()),
         },
         "external_calls": calls,
         "external_calls_total": total_calls,
