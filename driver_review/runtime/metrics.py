@@ -67,6 +67,13 @@ def governor_rate() -> m.Gauge:
                    tag_keys=("instance", "key"))
 
 
+@cache
+def quarantined() -> m.Counter:
+    # source: webhook, listing, changes, record ...; kind: why it could not be taken.
+    return m.Counter("driver_review_quarantined", "Rows and pings set aside as bad input",
+                     tag_keys=("instance", "source", "kind"))
+
+
 def call_recorder(instance: str):  # -> ResponseHook
     """An ``on_response`` hook for :class:`~driver_review.catalog.http.HttpCatalog`."""
     calls, latency = external_calls(), external_latency()
