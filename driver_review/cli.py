@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=_positive(int), default=8000)
     serve.add_argument("--instance", default=DEFAULT_INSTANCE, help="actor name prefix")
+    serve.add_argument("--admin-host", default="127.0.0.1",
+                       help="admin endpoint (status, drivers); beyond loopback it needs "
+                            "DRIVER_REVIEW_ADMIN_TOKEN")
+    serve.add_argument("--admin-port", type=_positive(int), default=8001)
 
     status = sub.add_parser("status", help="state of a running instance")
     status.add_argument("--config", help="pipeline file the instance runs with")
@@ -118,7 +122,8 @@ def _run(args: argparse.Namespace) -> int:
         from driver_review.service import run_service
 
         return run_service(_load(args), config_path=args.config, instance=args.instance,
-                           data_dir=args.data_dir, host=args.host, port=args.port)
+                           data_dir=args.data_dir, host=args.host, port=args.port,
+                           admin_host=args.admin_host, admin_port=args.admin_port)
     if args.command == "status":
         from driver_review.config import load_config
         from driver_review.service import format_status, read_status

@@ -22,6 +22,7 @@ from driver_review.ledger import Change, Ledger
 from driver_review.orchestrator import ItemResult, Lease, OrchestratorCore
 from driver_review.runtime import metrics
 from driver_review.snapshot import SnapshotStore
+from driver_review.statcache import CachedValue
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class OrchestratorService:
         self.snapshots_written = 0
         self._work_ready = {stage: asyncio.Event() for stage in self.core.stages}
         self._outer_loop = outer_loop
+        # What status() answers: computed once per tick, so /status never walks the ledger.
+        self._status = CachedValue(self._full_stats, max_age_s=2 * TICK_S)
         self._ticker: asyncio.Task | None = None
         self._ensure_ticker()  # the constructor runs on the actor's event loop
 
@@ -66,7 +69,7 @@ class OrchestratorService:
             await asyncio.sleep(TICK_S)
             self.core.tick(stale_slice=None if self._outer_loop else 0)
             self._signal()
-            self._export_metrics()
+            self._export_metrics(self._status.refresh())
             period = self.core.config.window.snapshot_s
             if self.snapshots and time.monotonic() - self._last_snapshot >= period:
                 await self.snapshot()
@@ -82,13 +85,12 @@ class OrchestratorService:
         self.snapshots_written += 1
         return path
 
-    def _export_metrics(self) -> None:
+    def _export_metrics(self, stats: dict[str, Any]) -> None:
         tags = {"instance": self.instance}
         for stage, backlog in self.core.backlogs.items():
             for lane in Lane:
                 metrics.backlog().set(backlog.depth(lane),
                                       {**tags, "stage": stage, "lane": lane.name.lower()})
-        stats = self.core.stats()
         metrics.leased().set(stats["leased_items"], tags)
         metrics.oldest_review_age().set(stats["oldest_review_age_s"], tags)
 
@@ -161,6 +163,14 @@ class OrchestratorService:
         return self.core.quiescent()
 
     async def stats(self) -> dict[str, Any]:
+        """Exact now (tests, sweeps); its cost grows with the ledger."""
+        return self._full_stats()
+
+    async def status(self) -> dict[str, Any]:
+        """``stats()`` as of the last tick (at most ~1 s old): what /status shows."""
+        return self._status.get()
+
+    def _full_stats(self) -> dict[str, Any]:
         return {
             **self.core.stats(), "memory": process_memory(), "restored_from": self.restored_from,
             "started_at": self.started_at, "snapshots_written": self.snapshots_written,
