@@ -28,6 +28,10 @@ from serve_app.webhook import RedactedSecret
 
 STOP_TIMEOUT_S = 5.0
 
+# The handles this process started: a non-detached actor, named or not, is destroyed once
+# no handle to it is left, so the starting process keeps one until stop_admin.
+_started: dict[str, Any] = {}
+
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (0: any free port), or one line saying why not."""
@@ -88,6 +92,7 @@ def start_admin(config: PipelineConfig, *, instance: str, host: str, port: int,
         max_restarts=-1, max_concurrency=100,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
     ).remote(config, args, host, port, token)
+    _started[instance] = handle
     bound_host, bound_port = ray.get(handle.address.remote())
     return _url(bound_host, bound_port)
 
@@ -99,6 +104,7 @@ def admin_url(instance: str) -> str:
 
 
 def stop_admin(instance: str) -> None:
+    _started.pop(instance, None)
     ref = ActorRef(actor_name(instance, "admin"))
     with contextlib.suppress(Exception):
         ref.timeout_s = STOP_TIMEOUT_S
