@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--migrate-stage", action="append", default=[], metavar="OLD=NEW",
         help="drivers the snapshot has at removed stage OLD are reviewed again at stage NEW "
              "(repeatable; adds to window.migrate_stages of the pipeline file)")
+    serve.add_argument("--admin-host", default="127.0.0.1",
+                       help="admin endpoint (status, drivers); beyond loopback it needs "
+                            "DRIVER_REVIEW_ADMIN_TOKEN")
+    serve.add_argument("--admin-port", type=_positive(int), default=8001)
 
     status = sub.add_parser("status", help="state of a running instance")
     status.add_argument("--config", help="pipeline file the instance runs with")
@@ -142,7 +146,8 @@ def _run(args: argparse.Namespace) -> int:
         from driver_review.service import run_service
 
         return run_service(_load(args), config_path=args.config, instance=args.instance,
-                           data_dir=args.data_dir, host=args.host, port=args.port)
+                           data_dir=args.data_dir, host=args.host, port=args.port,
+                           admin_host=args.admin_host, admin_port=args.admin_port)
     if args.command == "status":
         from driver_review.config import load_config
         from driver_review.service import format_status, read_status

@@ -25,7 +25,7 @@ import httpx
 
 from driver_review.config import load_config
 from driver_review.report import build_report
-from driver_review.service import SECRET_ENV, start_service, stop_service
+from driver_review.service import SECRET_ENV, admin_url, start_service, stop_service
 from driver_review.sim import SimServer, SimSettings
 
 DEMO_RATE_LIMIT = 150.0  # requests/s the simulated vendor allows (the client is not told)
@@ -90,9 +90,10 @@ def run_demo(*, duration_s: float, drivers: int, data_dir: str, out: TextIO = sy
         )
         instance = f"demo-{uuid.uuid4().hex[:6]}"
         system = start_service(config, config_path=None, instance=instance, data_dir=data_dir,
-                               host="127.0.0.1", port=port, poll_interval_s=5.0)
-        view.say(f"service {instance!r} listening on http://127.0.0.1:{port} "
-                 f"(try GET /status); Ray dashboard: http://127.0.0.1:8265")
+                               host="127.0.0.1", port=port, poll_interval_s=5.0,
+                               admin_port=_free_port())
+        view.say(f"service {instance!r}: webhooks at http://127.0.0.1:{port}, status at "
+                 f"{admin_url(instance)}/status; Ray dashboard: http://127.0.0.1:8265")
         started = time.monotonic()
         while time.monotonic() - started < duration_s:
             view.show(_frame(system, sim.url, time.monotonic() - started, "live"))

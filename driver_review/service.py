@@ -1,9 +1,10 @@
 """``driver-review serve`` and ``driver-review status``.
 
 The service is the pipeline plus its two ways of hearing about changes: the Serve webhook
-ingress (fast) and the delta poller (certain), with the outer loop inside the orchestrator.
+ingress (fast) and the delta poller (certain), with the outer loop inside the orchestrator,
+and the private admin endpoint (status, drivers) on its own host and port.
 Shutdown order: stop intake (delete the Serve app, stop the poller) → drain the pools
-(workers finish what they hold and flush results) → stop the services.
+(workers finish what they hold and flush results) → stop the services → the admin.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from driver_review.config import PipelineConfig
 from driver_review.errors import ConfigError
 
 SECRET_ENV = "DRIVER_REVIEW_WEBHOOK_SECRET"
+ADMIN_HOST = "127.0.0.1"
+ADMIN_PORT = 8001
 STOP_POLL_S = 0.5  # how often the main thread wakes to run a pending SIGINT/SIGTERM handler
 
 
@@ -29,31 +32,49 @@ def serve_app_name(instance: str) -> str:
 def start_service(
     config: PipelineConfig, *, config_path: str | None, instance: str, data_dir: str,
     host: str, port: int, poll_interval_s: float | None = None,
+    admin_host: str = ADMIN_HOST, admin_port: int = ADMIN_PORT,
 ) -> Any:
-    """Start (or join) the instance's actors, the poller and the Serve ingress. Returns the
+    """Start (or join) the instance's actors, the poller, the Serve ingress and the admin
+    endpoint (``admin_port`` 0: any free port; see :func:`admin_url`). Returns the
     :class:`~driver_review.runtime.system.System`. Requires a connected Ray."""
     from ray import serve
 
     from driver_review.runtime.system import start_system
+    from serve_app.admin import admin_token
+    from serve_app.admin_server import start_admin
     from serve_app.app import IngressArgs, build_app
 
     if not os.environ.get(SECRET_ENV, "").strip():
         raise ConfigError(f"{SECRET_ENV} is not set: the webhook secret (whsec_…) is required")
+    token = admin_token(admin_host)  # refuses an exposed admin without a token, up front
     app = build_app(IngressArgs(instance=instance, config=config_path))  # checks the secret
     system = start_system(config, instance=instance, data_dir=data_dir, outer_loop=True,
                           poll=True, poll_interval_s=poll_interval_s)
     serve.start(http_options={"host": host, "port": port})
     serve.run(app, name=serve_app_name(instance), route_prefix="/", blocking=False)
+    start_admin(config, instance=instance, host=admin_host, port=admin_port,
+                ingress_app=serve_app_name(instance), token=token)
     return system
+
+
+def admin_url(instance: str) -> str:
+    """Base URL of the admin endpoint of a running ``instance`` (status, drivers)."""
+    from serve_app.admin_server import admin_url as url
+
+    return url(instance)
 
 
 def stop_service(system: Any) -> dict[str, Any]:
     from ray import serve
 
     from driver_review.runtime.system import stop_system
+    from serve_app.admin_server import stop_admin
 
     serve.delete(serve_app_name(system.instance))  # intake stops first: no new pings
-    return asyncio.run(stop_system(system))
+    try:
+        return asyncio.run(stop_system(system))
+    finally:
+        stop_admin(system.instance)
 
 
 def wait_for_stop_signal() -> int:
@@ -79,16 +100,18 @@ def wait_for_stop_signal() -> int:
 
 def run_service(
     config: PipelineConfig, *, config_path: str | None, instance: str, data_dir: str,
-    host: str, port: int, out: TextIO = sys.stdout,
+    host: str, port: int, admin_host: str = ADMIN_HOST, admin_port: int = ADMIN_PORT,
+    out: TextIO = sys.stdout,
 ) -> int:
     from driver_review.runtime.names import connect
 
     connect(quiet=False)
     system = start_service(config, config_path=config_path, instance=instance,
-                           data_dir=data_dir, host=host, port=port)
+                           data_dir=data_dir, host=host, port=port,
+                           admin_host=admin_host, admin_port=admin_port)
     print(f"driver-review serving instance {instance!r}: webhooks at "
-          f"http://{host}:{port}/webhooks/drivers, status at http://{host}:{port}/status",
-          file=out, flush=True)
+          f"http://{host}:{port}/webhooks/drivers, admin (status, drivers) at "
+          f"{admin_url(instance)}/status", file=out, flush=True)
     print("Ctrl-C stops: intake first, then drain, then the services.", file=out, flush=True)
     wait_for_stop_signal()
     print("stopping: intake, drain, services ...", file=out, flush=True)

@@ -1,5 +1,10 @@
 """The Serve deployment: the webhook edge of one driver-review instance.
 
+The public port serves ``POST /webhooks/drivers`` and ``GET /healthz`` only (no OpenAPI
+route either; the schema is published as ``deploy/openapi/webhooks.json``). Operator
+routes live on the admin endpoint (``serve_app/admin.py``), which reads this replica's
+counters through its deployment handle (``stats``).
+
 Per request: size cap → signature → shape → dedupe → micro-batch. Accepted pings of
 concurrent requests share one ``orchestrator.intake`` call (``@serve.batch``), and each
 request is answered 202 only once that call returned: a replica dying before then fails
@@ -22,10 +27,12 @@ from ray import serve
 from driver_review.backlog import Lane
 from driver_review.config import PipelineConfig
 from driver_review.errors import IntakeFull
+from driver_review.identifiers import shown
 from driver_review.runtime.system import System
+from driver_review.webhooks import Verified
 from serve_app.counters import IngressCounters
 from serve_app.dedupe import SeenIds
-from serve_app.status import collect_status, json_safe
+from serve_app.openapi import HEALTHZ_RESPONSES, WEBHOOK_OPENAPI_EXTRA, WEBHOOK_RESPONSES
 from serve_app.webhook import (
     Ping,
     RedactedSecret,
@@ -44,7 +51,8 @@ WEBHOOK_ROUTE = "/webhooks/drivers"
 
 log = logging.getLogger("ray.serve")
 
-api = FastAPI(title="driver-review ingress", docs_url=None, redoc_url=None)
+api = FastAPI(title="driver-review webhook edge", docs_url=None, redoc_url=None,
+              openapi_url=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,25 +109,41 @@ class DriverReviewIngress:
         for ref in self.system.all_refs():
             # Bounded: a sender gives up after a few seconds; better a 503 it retries.
             ref.timeout_s = args.call_timeout_s
-        self.seen = SeenIds(max_size=args.dedupe_size, ttl_s=args.tolerance_s)
+        self.seen = SeenIds(max_size=args.dedupe_size)
+        # Ids of quarantined messages already logged and counted: a sender retries a 422.
+        self.quarantine_seen = SeenIds(max_size=args.dedupe_size)
         self._inflight: dict[str, asyncio.Future[bool]] = {}
         self.counters = IngressCounters(args.instance)
         self._intake_batch.set_max_batch_size(args.batch_max)
         self._intake_batch.set_batch_wait_timeout_s(args.batch_wait_s)
 
     # -- webhook --------------------------------------------------------------------------
-    @api.post(WEBHOOK_ROUTE, status_code=202)
+    @api.post(WEBHOOK_ROUTE, status_code=202, responses=WEBHOOK_RESPONSES,
+              openapi_extra=WEBHOOK_OPENAPI_EXTRA)
     async def webhook(self, request: Request) -> JSONResponse:
+        verified: Verified | None = None
         try:
             body = await read_body(request.headers, request.stream(), self.args.max_body_bytes)
-            msg_id = verify(self.verifier, request.headers, body)
-            ping = parse_ping(msg_id, body, self.stages)
+            verified = verify(self.verifier, request.headers, body)
+            ping = parse_ping(verified.msg_id, body, self.stages)
         except Refused as refused:
             self.counters.count(f"refused_{refused.status}")
+            if refused.kind is not None and verified is not None:
+                self._quarantine(verified, refused)
             return JSONResponse({"detail": refused.detail}, status_code=refused.status)
-        return await self._take(ping)
+        return await self._take(ping, verified.timestamp + self.verifier.tolerance_s)
 
-    async def _take(self, ping: Ping) -> JSONResponse:
+    def _quarantine(self, verified: Verified, refused: Refused) -> None:
+        """A well-signed ping whose data cannot be taken: counted and logged once per id
+        (the sender retries it), the id shown safely; the poller sees the row later."""
+        if verified.msg_id in self.quarantine_seen:
+            return
+        self.quarantine_seen.add(verified.msg_id, verified.timestamp + self.verifier.tolerance_s)
+        self.counters.quarantine(refused.kind or "shape")
+        log.warning("webhook %s quarantined (%s): %s", shown(verified.msg_id), refused.kind,
+                    refused.detail)
+
+    async def _take(self, ping: Ping, remember_until: float) -> JSONResponse:
         msg_id = ping.msg_id
         # A sender's retry racing its own first attempt waits for that attempt's outcome
         # instead of being enqueued beside it.
@@ -135,7 +159,7 @@ class DriverReviewIngress:
             outcome: _Outcome = await self._intake_batch(ping)
             accepted = outcome.status == 202
             if accepted:
-                self.seen.add(msg_id)
+                self.seen.add(msg_id, remember_until)
         finally:
             del self._inflight[msg_id]
             done.set_result(accepted)
@@ -172,8 +196,8 @@ class DriverReviewIngress:
             return [out] * n
         return [_ACCEPTED] * n
 
-    # -- read-only ------------------------------------------------------------------------
-    @api.get("/healthz")
+    # -- health, and counters for the admin endpoint ------------------------------------
+    @api.get("/healthz", responses=HEALTHZ_RESPONSES)
     async def healthz(self) -> JSONResponse:
         try:
             await asyncio.wait_for(self.system.orchestrator.call("ping"),
@@ -183,20 +207,8 @@ class DriverReviewIngress:
                                  "detail": f"orchestrator: {type(exc).__name__}"}, 503)
         return JSONResponse({"status": "ok"})
 
-    @api.get("/status")
-    async def status(self) -> JSONResponse:
-        doc = await collect_status(self.system, timeout_s=self.args.status_timeout_s)
-        doc["ingress"] = {**self.counters.snapshot(), "replica": _replica_id(),
-                          "dedupe_entries": len(self.seen), "in_flight": len(self._inflight)}
-        return JSONResponse(doc)
-
-    @api.get("/drivers/{driver_id}")
-    async def driver(self, driver_id: str) -> JSONResponse:
-        try:
-            entry = await asyncio.wait_for(self.system.orchestrator.call("driver", driver_id),
-                                           self.args.status_timeout_s)
-        except Exception as exc:
-            return JSONResponse({"detail": f"orchestrator: {type(exc).__name__}"}, 503)
-        if entry is None:
-            return JSONResponse({"detail": f"driver {driver_id!r} is not in the ledger"}, 404)
-        return JSONResponse(json_safe(entry))
+    async def stats(self) -> dict[str, Any]:
+        """This replica's counters (a handle method, not a route: the admin endpoint's
+        ``/status`` shows them under ``ingress``)."""
+        return {**self.counters.snapshot(), "replica": _replica_id(),
+                "dedupe_entries": len(self.seen), "in_flight": len(self._inflight)}

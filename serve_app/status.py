@@ -1,9 +1,11 @@
-"""One status document of a running instance, gathered from its actors' ``stats()``.
+"""One status document of a running instance, gathered from its actors.
 
-Shared by ``GET /status`` of the Serve ingress and the ``driver-review status`` CLI
+Shared by ``GET /status`` of the admin endpoint and the ``driver-review status`` CLI
 (``asyncio.run(collect_status(System.attach(config, instance)))``). Every part is asked
 at once and given ``timeout_s``: a part that does not answer in time (restarting, busy)
-is listed under ``unavailable`` instead of holding up the rest.
+is listed under ``unavailable`` instead of holding up the rest. The orchestrator answers
+from the stats of its last tick (``status``), so the cost of a call does not grow with
+the ledger. URLs are shown redacted (no credentials, no query).
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import math
 import time
 from typing import Any
 
+from driver_review.identifiers import redact_url
 from driver_review.runtime.system import System
 
 DEFAULT_TIMEOUT_S = 2.0
 
 
-async def _ask(ref: Any, timeout_s: float) -> Any:
-    return await asyncio.wait_for(ref.call("stats"), timeout=timeout_s)
+async def _ask(ref: Any, timeout_s: float, method: str = "stats") -> Any:
+    return await asyncio.wait_for(ref.call(method), timeout=timeout_s)
 
 
 async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
@@ -29,8 +32,10 @@ async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S
         "orchestrator": system.orchestrator, "cache": system.cache, "governor": system.governor,
         **{f"pool/{stage}": ref for stage, ref in system.pools.items()},
     }
-    answers = await asyncio.gather(*(_ask(ref, timeout_s) for ref in parts.values()),
-                                   return_exceptions=True)
+    answers = await asyncio.gather(
+        *(_ask(ref, timeout_s, "status" if name == "orchestrator" else "stats")
+          for name, ref in parts.items()),
+        return_exceptions=True)
     got: dict[str, Any] = {}
     unavailable: dict[str, str] = {}
     for name, answer in zip(parts, answers, strict=True):
@@ -93,4 +98,9 @@ def _governor(stats: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, An
         return None
     keep = ("state", "rate", "limit_estimate", "safe_rate", "header_rate", "paused_for_s",
             "ok", "429s")
-    return {key: {k: gov.get(k) for k in keep} for key, gov in stats.items()}
+    # Keys are endpoint URLs (or rate_key names): never show the credentials of one.
+    return {_shown_key(key): {k: gov.get(k) for k in keep} for key, gov in stats.items()}
+
+
+def _shown_key(key: str) -> str:
+    return redact_url(key) if "://" in key else key

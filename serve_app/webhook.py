@@ -3,13 +3,16 @@ read the body under a size cap, verify the Standard Webhooks signature, parse an
 the ping, and turn it into a :class:`~driver_review.ledger.Change`.
 
 Pure logic (no Serve, no Ray): every refusal is a :class:`Refused` carrying the HTTP
-status and a one-line detail.
+status and a one-line detail; nothing else escapes, whatever the headers and body hold.
+A refusal of a body that was well signed also carries a ``kind`` (why its data cannot be
+taken): the ingress counts those as quarantined.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -17,17 +20,28 @@ from pydantic import ValidationError
 
 from driver_review.catalog.models import DriverRecord, WebhookPing
 from driver_review.errors import ConfigError, SignatureError
-from driver_review.ledger import NO_STAGE, VERSION_BYTES, Change, Status
-from driver_review.webhooks import Verifier
+from driver_review.identifiers import id_problem, shown, time_problem, version_problem
+from driver_review.ledger import NO_STAGE, Change, Status
+from driver_review.webhooks import Verified, Verifier
+
+#: Why a well-signed ping's data cannot be taken (``quarantined`` counts by these).
+QUARANTINE_KINDS = ("not_json", "shape", "id", "version", "stage", "time", "record")
+# A pydantic error at data.<field> is a problem of that kind; anywhere else, of the shape.
+_KIND_OF_FIELD = {"id": "id", "version": "version", "stage": "stage", "updated_at": "time",
+                  "record": "record"}
 
 
 class Refused(Exception):
-    """A request the ingress answers with a 4xx; nothing of it was enqueued."""
+    """A request the ingress answers with a 4xx; nothing of it was enqueued.
 
-    def __init__(self, status: int, detail: str) -> None:
+    ``kind`` is set when the body was verified but its data cannot be taken (one of
+    :data:`QUARANTINE_KINDS`); None for a refusal before or at the signature."""
+
+    def __init__(self, status: int, detail: str, kind: str | None = None) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
+        self.kind = kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,43 +117,61 @@ async def read_body(headers: Mapping[str, str], chunks: AsyncIterator[bytes],
     return b"".join(parts)
 
 
-def verify(verifier: Verifier, headers: Mapping[str, str], body: bytes) -> str:
-    """The message id of a correctly signed, timely message; else 401 saying which."""
+def verify(verifier: Verifier, headers: Mapping[str, str], body: bytes) -> Verified:
+    """The id and timestamp of a correctly signed, timely message; else 401 saying which."""
     try:
-        return verifier.verify(headers, body)
+        return verifier.verify_message(headers, body)
     except SignatureError as exc:
         raise Refused(401, f"webhook signature: {exc}") from None
 
 
 def _where(loc: Sequence[object]) -> str:
-    return ".".join(str(p) for p in loc) or "(top level)"
+    # Field names come from our model, but keep the line one line whatever they hold.
+    parts = (str(p) if str(p).isprintable() else shown(p) for p in loc)
+    return ".".join(parts) or "(top level)"
 
 
-def parse_ping(msg_id: str, body: bytes, stages: Sequence[str]) -> Ping:
-    """Validate the body as a :class:`WebhookPing` (400 not JSON, 422 wrong shape)."""
+def _kind(loc: Sequence[object]) -> str:
+    if len(loc) >= 2 and loc[0] == "data":
+        return _KIND_OF_FIELD.get(str(loc[1]), "shape")
+    return "shape"
+
+
+def parse_ping(msg_id: str, body: bytes, stages: Sequence[str], *,
+               now: float | None = None) -> Ping:
+    """Validate the body as a :class:`WebhookPing` (400 not JSON, 422 wrong shape or data
+    that cannot be taken: an id or version that is not one, an unknown stage, a time
+    before 1970 or beyond the skew allowance). Nothing is ever shortened to fit."""
     try:
         ping = WebhookPing.model_validate_json(body)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         if any(err["type"] == "json_invalid" for err in errors):
-            raise Refused(400, "body is not valid JSON") from None
+            raise Refused(400, "body is not valid JSON", "not_json") from None
         err = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise Refused(422, f"{_where(err['loc'])}: {err['msg']}{more}") from None
+        # The message only: pydantic's input echo could be megabytes or control characters.
+        raise Refused(422, f"{_where(err['loc'])}: {err['msg']}{more}",
+                      _kind(err["loc"])) from None
     data = ping.data
-    if len(data.version.encode()) > VERSION_BYTES:
-        # The ledger stores versions in fixed-width columns; refuse rather than truncate.
-        raise Refused(422, f"data.version: longer than {VERSION_BYTES} bytes")
+    for field, problem in (("id", id_problem(data.id)),
+                           ("version", version_problem(data.version))):
+        if problem is not None:
+            raise Refused(422, f"data.{field}: {problem}", field)
+    current = time.time() if now is None else now
+    if (problem := time_problem(data.updated_at.timestamp(), current)) is not None:
+        raise Refused(422, f"data.updated_at: {problem}", "time")
     if data.stage is None:
         stage = NO_STAGE
     elif data.stage in stages:
         stage = list(stages).index(data.stage)
     else:
-        raise Refused(422, f"data.stage: unknown stage {data.stage!r} (the pipeline has "
-                           f"{', '.join(stages)})")
+        raise Refused(422, f"data.stage: unknown stage {shown(data.stage)} (the pipeline "
+                           f"has {', '.join(stages)})", "stage")
     record = data.record
     if record is not None and (record.id != data.id or record.version != data.version):
-        raise Refused(422, "data.record: id or version differs from data.id/data.version")
+        raise Refused(422, "data.record: id or version differs from data.id/data.version",
+                      "record")
     change = Change(data.id, data.version, stage, Status[data.status.upper()],
                     data.updated_at.timestamp())
     return Ping(msg_id, change, record)

@@ -182,7 +182,7 @@ def run(ctx: Context, phases: set[str]) -> dict[str, dict[str, Any]]:
         started = time.monotonic()
         system = start_service(config, config_path=None, instance=f"bench-{uuid.uuid4().hex[:6]}",
                                data_dir=data_dir, host="127.0.0.1", port=port,
-                               poll_interval_s=POLL_INTERVAL_S)
+                               poll_interval_s=POLL_INTERVAL_S, admin_port=0)
         window: tuple[float, float] | None = None
         try:
             up_s = time.monotonic() - started

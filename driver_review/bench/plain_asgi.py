@@ -28,20 +28,20 @@ MAX_BODY_BYTES = 1024 * 1024
 def build_app() -> FastAPI:
     verifier = _load_verifier(SECRET_ENV, None, 300.0, os.environ)
     stages = load_config().stage_names
-    seen = SeenIds(max_size=100_000, ttl_s=300.0)
+    seen = SeenIds(max_size=100_000)
     app = FastAPI(docs_url=None, redoc_url=None)
 
     @app.post("/webhooks/drivers")
     async def webhook(request: Request) -> JSONResponse:
         try:
             body = await read_body(request.headers, request.stream(), MAX_BODY_BYTES)
-            msg_id = verify(verifier, request.headers, body)
-            parse_ping(msg_id, body, stages)
+            verified = verify(verifier, request.headers, body)
+            parse_ping(verified.msg_id, body, stages)
         except Refused as refused:
             return JSONResponse({"detail": refused.detail}, status_code=refused.status)
-        if msg_id in seen:
+        if verified.msg_id in seen:
             return JSONResponse({"status": "duplicate"}, status_code=200)
-        seen.add(msg_id)
+        seen.add(verified.msg_id, verified.timestamp + verifier.tolerance_s)
         return JSONResponse({"status": "accepted"}, status_code=202)
 
     @app.get("/healthz")

@@ -44,13 +44,6 @@ def decisions() -> m.Counter:
 
 
 @cache
-def quarantined() -> m.Counter:
-    return m.Counter("driver_review_quarantined_total",
-                     "Bad catalog rows set aside (each distinct row once), by kind",
-                     tag_keys=("instance", "kind"))
-
-
-@cache
 def external_calls() -> m.Counter:
     return m.Counter("driver_review_external_calls", "Catalog calls by route and status",
                      tag_keys=("instance", "route", "status"))
@@ -72,6 +65,14 @@ def cache_hit_ratio() -> m.Gauge:
 def governor_rate() -> m.Gauge:
     return m.Gauge("driver_review_governor_rate", "Permits per second the governor issues",
                    tag_keys=("instance", "key"))
+
+
+@cache
+def quarantined() -> m.Counter:
+    # source: webhook, listing, changes, record ...; kind: why it could not be taken.
+    # Catalog rows count once per distinct row; pings once per message id.
+    return m.Counter("driver_review_quarantined", "Rows and pings set aside as bad input",
+                     tag_keys=("instance", "source", "kind"))
 
 
 def call_recorder(instance: str):  # -> ResponseHook

@@ -26,6 +26,7 @@ from driver_review.quarantine import writer as quarantine_writer
 from driver_review.runtime import metrics
 from driver_review.snapshot import SnapshotStore
 from driver_review.stage_names import StagesRemoved
+from driver_review.statcache import CachedValue
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,8 @@ class OrchestratorService:
         self.snapshots_written = 0
         self._work_ready = {stage: asyncio.Event() for stage in self.core.stages}
         self._outer_loop = outer_loop
+        # What status() answers: computed once per tick, so /status never walks the ledger.
+        self._status = CachedValue(self._full_stats, max_age_s=2 * TICK_S)
         self._ticker: asyncio.Task | None = None
         self._ensure_ticker()  # the constructor runs on the actor's event loop
 
@@ -91,7 +94,7 @@ class OrchestratorService:
             self.core.tick(stale_slice=None if self._outer_loop else 0)
             self._export_quarantined()
             self._signal()
-            self._export_metrics()
+            self._export_metrics(self._status.refresh())
             period = self.core.config.window.snapshot_s
             if self.snapshots and time.monotonic() - self._last_snapshot >= period:
                 await self.snapshot()
@@ -99,7 +102,8 @@ class OrchestratorService:
     def _export_quarantined(self, flush: bool = False) -> None:
         rows = self.core.quarantine.take_unexported()
         for row in rows:
-            metrics.quarantined().inc(1, {"instance": self.instance, "kind": row.kind})
+            metrics.quarantined().inc(
+                1, {"instance": self.instance, "source": row.source, "kind": row.kind})
         out = self._quarantine_out
         if out is not None:
             out.add(rows)
@@ -123,13 +127,12 @@ class OrchestratorService:
         self.snapshots_written += 1
         return path
 
-    def _export_metrics(self) -> None:
+    def _export_metrics(self, stats: dict[str, Any]) -> None:
         tags = {"instance": self.instance}
         for stage, backlog in self.core.backlogs.items():
             for lane in Lane:
                 metrics.backlog().set(backlog.depth(lane),
                                       {**tags, "stage": stage, "lane": lane.name.lower()})
-        stats = self.core.stats()
         metrics.leased().set(stats["leased_items"], tags)
         metrics.oldest_review_age().set(stats["oldest_review_age_s"], tags)
 
@@ -231,6 +234,14 @@ class OrchestratorService:
         }
 
     async def stats(self) -> dict[str, Any]:
+        """Exact now (tests, sweeps); its cost grows with the ledger."""
+        return self._full_stats()
+
+    async def status(self) -> dict[str, Any]:
+        """``stats()`` as of the last tick (at most ~1 s old): what /status shows."""
+        return self._status.get()
+
+    def _full_stats(self) -> dict[str, Any]:
         return {
             **self.core.stats(), "memory": process_memory(), "restored_from": self.restored_from,
             "started_at": self.started_at, "snapshots_written": self.snapshots_written,

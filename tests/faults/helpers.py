@@ -60,7 +60,8 @@ def start_live(sim_factory: Callable[..., SimServer], data_dir: str, *, drivers:
     ))
     config = fast_config(server.url, **(window or {}))
     system = start_service(config, config_path=None, instance=f"f-{uuid.uuid4().hex[:6]}",
-                           data_dir=data_dir, host="127.0.0.1", port=port, poll_interval_s=1.0)
+                           data_dir=data_dir, host="127.0.0.1", port=port, poll_interval_s=1.0,
+                           admin_port=0)
     return Live(server, system, config, data_dir)
 
 

@@ -86,6 +86,7 @@ class Service:
 
     proc: subprocess.Popen
     port: int
+    admin_port: int
     ray_tmp: str
     log_path: Path
     started: float
@@ -96,7 +97,8 @@ class Service:
 
     def status(self) -> dict | None:
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            r = httpx.get(f"{self.url}/status", timeout=5)
+            # Status is on the admin endpoint (127.0.0.1, no token on loopback).
+            r = httpx.get(f"http://127.0.0.1:{self.admin_port}/status", timeout=5)
             if r.status_code == 200:
                 return r.json()
         return None
@@ -124,20 +126,21 @@ class Service:
                 os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
-def _start_service(*, catalog_url: str, data_dir: str, port: int, instance: str,
+def _start_service(*, catalog_url: str, data_dir: str, port: int, admin_port: int,
+                   instance: str,
                    config: Path, env: dict[str, str], log_path: Path) -> Service:
     # Unix socket paths are limited to ~107 bytes and Ray nests session dirs under this.
     ray_tmp = tempfile.mkdtemp(prefix="drsv-", dir="/tmp")
     cmd = [str(VENV_BIN / "driver-review"), "serve", "--catalog-url", catalog_url,
            "--data-dir", data_dir, "--port", str(port), "--instance", instance,
-           "--config", str(config)]
+           "--config", str(config), "--admin-port", str(admin_port)]
     with open(log_path, "ab") as log:
         log.write(f"\n=== start {time.strftime('%X')} ===\n".encode())
         log.flush()
         proc = subprocess.Popen(cmd, cwd=REPO, env={**env, "RAY_TMPDIR": ray_tmp},
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
-    return Service(proc, port, ray_tmp, log_path, time.monotonic())
+    return Service(proc, port, admin_port, ray_tmp, log_path, time.monotonic())
 
 
 def _wait_serving(service: Service, timeout_s: float = STARTUP_TIMEOUT_S) -> dict:
@@ -225,7 +228,7 @@ def _sim_stats(sim: SimServer) -> dict:
 def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, target,
                                                       services) -> None:
     secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     instance = f"restart-{uuid.uuid4().hex[:6]}"
     sim = sim_factory(SimSettings(
         drivers=300, seed=31, update_rate=15.0,
@@ -237,7 +240,7 @@ def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, tar
 
     def launch() -> Service:
         service = _start_service(catalog_url=sim.url, data_dir=target.service_dir, port=port,
-                                 instance=instance, config=config, env=env,
+                                 admin_port=admin_port, instance=instance, config=config, env=env,
                                  log_path=tmp_path / f"serve-{next(launches)}.log")
         services.append(service)
         return service

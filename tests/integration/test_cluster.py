@@ -418,7 +418,7 @@ def test_two_nodes_sweep_job_and_service(sim_factory, tmp_path) -> None:
         times["job"] = time.monotonic() - t_job
 
         secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
-        (port,) = free_ports(1)
+        port, admin_port = free_ports(2)
         url = f"http://127.0.0.1:{port}"
         service_sim = sim_factory(SimSettings(
             drivers=SERVICE_DRIVERS, seed=11, update_rate=2.0,
@@ -430,7 +430,8 @@ def test_two_nodes_sweep_job_and_service(sim_factory, tmp_path) -> None:
             service = subprocess.Popen(
                 [str(VENV_BIN / "driver-review"), "serve", "--catalog-url", service_sim.url,
                  "--config", str(config), "--data-dir", str(tmp_path / "service"),
-                 "--port", str(port), "--instance", instance],
+                 "--port", str(port), "--admin-port", str(admin_port),
+                 "--instance", instance],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True)
 

@@ -36,7 +36,6 @@ from driver_review.sim import SimServer, SimSettings
 from driver_review.sim.webhooks import ping_body
 from driver_review.webhooks import signed_headers
 from serve_app.app import IngressArgs, build_app
-from serve_app.dedupe import SeenIds
 from serve_app.webhook import load_verifier
 
 # Ray starts (once per session) through the serve_url fixture; the pure tests need none.
@@ -101,8 +100,13 @@ class Edge:
     def events(self) -> int:
         return self.system.orchestrator.call_sync("stats")["counters"]["events"]
 
-    def ingress(self, client: httpx.Client) -> dict[str, Any]:
-        return client.get(self.url + "/status").json()["ingress"]
+    def ingress(self, client: httpx.Client | None = None) -> dict[str, Any]:
+        return _ingress_stats("srv-main")
+
+
+def _ingress_stats(app: str) -> dict[str, Any]:
+    """One replica's counters, as the admin endpoint reads them (a handle call)."""
+    return serve.get_app_handle(app).stats.remote().result(timeout_s=30)
 
 
 def _msg_id() -> str:
@@ -174,9 +178,6 @@ def test_thin_ping_is_accepted_held_and_reviewed(main: Edge, http: httpx.Client)
     # 202 came after intake returned: the orchestrator holds it already.
     entry = main.system.orchestrator.call_sync("driver", driver_id)
     assert entry is not None and entry["version"] == record.version
-    via_route = http.get(f"{main.url}/drivers/{driver_id}")
-    assert via_route.status_code == 200 and via_route.json()["driver_id"] == driver_id
-    assert http.get(f"{main.url}/drivers/no-such-driver").status_code == 404
     decided = _wait_for("a decision", lambda: _decisions(main.sim, driver_id, record.version), 30)
     print(f"\nthin ping: 202 to first decision {decided[0].at.timestamp() - sent:.3f}s")
     assert decided[0].stage == record.stage
@@ -250,6 +251,62 @@ def test_bad_bodies_get_413_400_422_naming_the_problem(main: Edge, http: httpx.C
     assert main.events() == events
 
 
+def test_hostile_headers_get_4xx_never_5xx_and_nothing_is_kept(
+    main: Edge, http: httpx.Client
+) -> None:
+    """What a user saw: a 400-digit timestamp and a non-ASCII signature got 500; a 10 KiB
+    webhook-id was accepted and kept in the dedupe table."""
+    body = ping_body(main.sim.state.record(_in_review(main.sim)), fat=False)
+    events, before = main.events(), main.ingress()
+    signed = signed_headers(main.secrets[0], _msg_id(), body)
+    huge_id = "m" * 10 * 1024
+    hostile = {
+        "400-digit timestamp": {**signed, "webhook-timestamp": "9" * 400},
+        "negative timestamp": {**signed, "webhook-timestamp": "-5"},
+        "fractional timestamp": {**signed, "webhook-timestamp": signed["webhook-timestamp"] + ".5"},
+        "non-ASCII signature": {**signed, "webhook-signature": "v1,\u00e9t\u00e9"},
+        "non-base64 signature": {**signed, "webhook-signature": "v1,%%%%"},
+        "10 KiB id, well signed": signed_headers(main.secrets[0], huge_id, body),
+        "non-ASCII id, well signed": signed_headers(main.secrets[0], "msg\u00e9", body),
+    }
+    for name, headers in hostile.items():
+        encoded = {k: v.encode("utf-8") for k, v in headers.items()}  # raw bytes on the wire
+        response = http.post(main.url + ROUTE, content=body,
+                             headers={"content-type": "application/json", **encoded})
+        assert response.status_code == 401, (name, response.status_code, response.text[:200])
+        detail = response.json()["detail"]
+        assert "\n" not in detail and len(detail) < 200, (name, detail)
+    assert main.events() == events
+    after = main.ingress()
+    assert after["dedupe_entries"] == before["dedupe_entries"]
+    assert after["refused"]["401"] == before["refused"]["401"] + len(hostile)
+
+
+def test_well_signed_pings_with_bad_data_are_quarantined_by_kind(
+    main: Edge, http: httpx.Client
+) -> None:
+    good = json.loads(ping_body(main.sim.state.record(_in_review(main.sim)), fat=False))
+    events, before = main.events(), main.ingress()["quarantined"]
+
+    def variant(**data: Any) -> bytes:
+        return json.dumps({**good, "data": {**good["data"], **data}}).encode()
+
+    bad = {"id": variant(id=".."), "version": variant(version="1" * 33),
+           "stage": variant(stage="legal_review"),
+           "time": variant(updated_at="2999-01-01T00:00:00Z")}
+    field = {"id": "data.id", "version": "data.version", "stage": "data.stage",
+             "time": "data.updated_at"}
+    for kind, body in bad.items():
+        msg_id = _msg_id()
+        for _ in range(2):  # the sender's retry is refused again, counted once
+            response = main.post(http, body, msg_id=msg_id)
+            assert response.status_code == 422, (kind, response.text)
+            assert response.json()["detail"].startswith(field[kind])
+    assert main.events() == events
+    after = main.ingress()["quarantined"]
+    assert {k: after[k] - before[k] for k in bad} == dict.fromkeys(bad, 1), after
+
+
 def test_rotated_key_is_accepted_and_a_replay_is_a_duplicate(
     main: Edge, http: httpx.Client
 ) -> None:
@@ -266,18 +323,22 @@ def test_rotated_key_is_accepted_and_a_replay_is_a_duplicate(
     assert main.events() == events + 1
 
 
-def test_status_document(main: Edge, http: httpx.Client) -> None:
-    before = main.ingress(http)
+def test_public_port_serves_only_the_webhook_and_healthz(main: Edge, http: httpx.Client) -> None:
+    """Operator routes moved to the admin endpoint; no schema route either."""
+    driver_id = _in_review(main.sim)
+    for path in ("/status", f"/drivers/{driver_id}", "/openapi.json", "/docs"):
+        assert http.get(main.url + path).status_code == 404, path
+    assert http.get(main.url + ROUTE).status_code == 405
+    assert http.get(main.url + "/healthz").status_code == 200
+
+
+def test_ingress_counters_by_handle(main: Edge, http: httpx.Client) -> None:
+    before = main.ingress()
     body = ping_body(main.sim.state.record(_in_review(main.sim)), fat=False)
     msg_id = _msg_id()
     assert main.post(http, body, msg_id=msg_id).status_code == 202
     assert main.post(http, body, msg_id=msg_id).status_code == 200
-    status = http.get(main.url + "/status").json()
-    assert status["ok"] and status["instance"] == main.system.instance, status["unavailable"]
-    assert set(status["backlog"]) == set(status["workers"]) == set(main.system.pools)
-    for key in ("window", "watermark", "leased", "governor", "cache", "oldest_review_age_s"):
-        assert key in status, key
-    ingress = status["ingress"]
+    ingress = main.ingress()
     assert ingress["accepted"] == before["accepted"] + 1
     assert ingress["duplicates"] == before["duplicates"] + 1
     assert ingress["batches"] >= 1 and ingress["replica"]
@@ -319,8 +380,6 @@ def test_an_unreachable_orchestrator_gets_503_not_202(serve_url: str,
                              headers=signed_headers(secret, _msg_id(), body))
         assert response.status_code == 503, response.text
         assert int(response.headers["retry-after"]) >= 1
-        status = http.get(url + "/status").json()
-        assert not status["ok"] and "orchestrator" in status["unavailable"]
     finally:
         serve.delete("srv-ghost")
 
@@ -345,17 +404,6 @@ def test_missing_secret_fails_the_replica_with_one_line_naming_the_variable(
     print(f"\nmissing secret: deployment failed after {failed_s:.1f}s: "
           f"{message.strip().splitlines()[-1]}")
     assert f"ConfigError: webhook secret: environment variable {env} is not set" in message
-
-
-def test_seen_ids_are_bounded_and_expire() -> None:
-    now = [0.0]
-    seen = SeenIds(max_size=3, ttl_s=10.0, clock=lambda: now[0])
-    for i in range(5):
-        seen.add(f"m{i}")
-    assert len(seen) == 3 and "m0" not in seen and "m4" in seen
-    now[0] = 10.5
-    seen.add("m5")
-    assert "m4" not in seen and "m5" in seen and len(seen) == 1
 
 
 # -- backpressure --------------------------------------------------------------------------
@@ -394,7 +442,7 @@ def test_burst_past_the_high_water_mark_gets_429_and_loses_nothing_accepted(
         for r in refused:
             assert int(r.headers["retry-after"]) >= 1
         by_ingress = sum(1 for r in refused if _detail(r) == "intake is full")
-        ingress = http.get(url + "/status").json()["ingress"]
+        ingress = _ingress_stats("srv-bp")
         print(f"\nburst of {len(bodies)}: {dict(codes)}; 429 from intake {by_ingress}, "
               f"from Serve's queue limit {len(refused) - by_ingress}; ingress {ingress}")
         assert ingress["intake_full"] == by_ingress >= 1
