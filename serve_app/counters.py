@@ -19,7 +19,7 @@ from serve_app.webhook import QUARANTINE_KINDS
 
 #: Outcomes of a webhook request; ``refused_<status>`` for every 4xx but 429.
 OUTCOMES = ("accepted", "duplicate", "refused_400", "refused_401", "refused_413",
-            "refused_422", "intake_full", "unavailable")
+            "refused_422", "intake_full", "unavailable", "lookup_failed")
 
 
 @cache
@@ -38,6 +38,7 @@ class IngressCounters:
         self.batches = 0  # intake calls made: one per micro-batch
         self.batched_events = 0
         self.largest_batch = 0
+        self.thin = 0  # thin pings, whose driver was looked up before intake
 
     def count(self, outcome: str, n: int = 1) -> None:
         self.outcomes[outcome] += n
@@ -50,6 +51,9 @@ class IngressCounters:
         if self.export:
             quarantined().inc(1, tags={"instance": self.instance, "source": "webhook",
                                        "kind": kind})
+
+    def looked_up(self, n: int) -> None:
+        self.thin += n
 
     def batch(self, size: int) -> None:
         self.batches += 1
@@ -65,6 +69,8 @@ class IngressCounters:
             "quarantined": dict(self.quarantined),
             "intake_full": o["intake_full"],
             "unavailable": o["unavailable"],
+            "thin": self.thin,
+            "lookup_failed": o["lookup_failed"],
             "batches": self.batches,
             "batched_events": self.batched_events,
             "largest_batch": self.largest_batch,

@@ -17,6 +17,7 @@ No ``from __future__ import annotations`` here: FastAPI reads the route signatur
 import asyncio
 import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ from driver_review.backlog import Lane
 from driver_review.config import PipelineConfig
 from driver_review.errors import IntakeFull
 from driver_review.identifiers import shown
+from driver_review.ledger import Change
+from driver_review.quarantine import BadRow, to_change
 from driver_review.runtime.system import System
 from driver_review.webhooks import Verified
 from serve_app.counters import IngressCounters
@@ -178,23 +181,61 @@ class DriverReviewIngress:
             except Exception as exc:  # only an optimisation: the worker fetches instead
                 log.warning("cache fill of %d fat pings failed: %s", len(records),
                             type(exc).__name__)
-        changes = [p.change for p in pings]
+        outcomes: list[_Outcome | None] = [None] * n
+        changes: dict[int, Change] = {}
+        bad: list[BadRow] = []
+        thin = [i for i, p in enumerate(pings) if p.change is None]
+        if thin:
+            await self._resolve(pings, thin, changes, bad, outcomes)
+        changes.update({i: p.change for i, p in enumerate(pings) if p.change is not None})
+        held = [changes[i] for i in range(n) if outcomes[i] is None and i in changes]
         try:
             await asyncio.wait_for(
-                self.system.orchestrator.call("intake", changes, int(Lane.FRESH)),
+                self.system.orchestrator.call("intake", held, int(Lane.FRESH)),
                 self.args.call_timeout_s,
             )
+            if bad:
+                await asyncio.wait_for(self.system.orchestrator.call("quarantine", bad),
+                                       self.args.call_timeout_s)
         except IntakeFull as full:
             out = _Outcome(429, "intake_full", _retry_after_s(full), "intake is full")
-            return [out] * n
+            return [o or out for o in outcomes]
         except Exception as exc:
             # Timed out or unreachable: maybe taken, maybe not. Say "later"; a retry is
             # harmless because the orchestrator ignores news it already has.
             log.warning("intake of %d pings failed: %s: %s", n, type(exc).__name__, exc)
             out = _Outcome(503, "unavailable", self.args.retry_after_s,
                            "orchestrator unavailable")
-            return [out] * n
-        return [_ACCEPTED] * n
+            return [o or out for o in outcomes]
+        return [o or _ACCEPTED for o in outcomes]
+
+    async def _resolve(self, pings: list[Ping], thin: list[int], changes: dict[int, Change],
+                       bad: list[BadRow], outcomes: list["_Outcome | None"]) -> None:
+        """Look thin pings' drivers up (through the cache: a conditional GET, paced, single
+        flight) so that the change is held, and reviewed, before the 202 is sent. A driver
+        the catalog no longer has needs nothing; one it cannot answer for now is a 503 the
+        sender retries (the next poll would find the change too)."""
+        ids = [pings[i].driver_id for i in thin]
+        try:
+            found = await asyncio.wait_for(self.system.cache.call("lookup", ids),
+                                           self.args.call_timeout_s)
+        except Exception as exc:
+            log.warning("looking up %d thin pings failed: %s", len(ids), type(exc).__name__)
+            found = [(None, type(exc).__name__)] * len(ids)
+        now = time.time()
+        for i, (record, error) in zip(thin, found, strict=True):
+            if record is None and error == "NotFound":
+                continue  # accepted: nothing to review
+            if record is None:
+                outcomes[i] = _Outcome(503, "lookup_failed", self.args.retry_after_s,
+                                       f"catalog lookup failed ({error})")
+                continue
+            item = to_change(self.stages, record, now=now, source="ping")
+            if isinstance(item, BadRow):
+                bad.append(item)  # the catalog's record is bad: set aside, ping taken
+            else:
+                changes[i] = item
+        self.counters.looked_up(len(thin))
 
     # -- health, and counters for the admin endpoint ------------------------------------
     @api.get("/healthz", responses=HEALTHZ_RESPONSES)

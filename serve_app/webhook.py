@@ -46,11 +46,13 @@ class Refused(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Ping:
-    """A verified, validated ping, ready for intake."""
+    """A verified, validated ping, ready for intake; a thin one (``change`` None) names
+    only its driver, which the ingress looks up before intake."""
 
     msg_id: str
-    change: Change
+    change: Change | None
     record: DriverRecord | None  # set for a fat ping: it fills the cache, no fetch needed
+    driver_id: str = ""
 
 
 class RedactedSecret:
@@ -154,24 +156,41 @@ def parse_ping(msg_id: str, body: bytes, stages: Sequence[str], *,
         raise Refused(422, f"{_where(err['loc'])}: {err['msg']}{more}",
                       _kind(err["loc"])) from None
     data = ping.data
-    for field, problem in (("id", id_problem(data.id)),
-                           ("version", version_problem(data.version))):
-        if problem is not None:
-            raise Refused(422, f"data.{field}: {problem}", field)
-    current = time.time() if now is None else now
-    if (problem := time_problem(data.updated_at.timestamp(), current)) is not None:
-        raise Refused(422, f"data.updated_at: {problem}", "time")
-    if data.stage is None:
-        stage = NO_STAGE
-    elif data.stage in stages:
-        stage = list(stages).index(data.stage)
-    else:
-        raise Refused(422, f"data.stage: unknown stage {shown(data.stage)} (the pipeline "
-                           f"has {', '.join(stages)})", "stage")
+    if (problem := id_problem(data.id)) is not None:
+        raise Refused(422, f"data.id: {problem}", "id")
     record = data.record
-    if record is not None and (record.id != data.id or record.version != data.version):
-        raise Refused(422, "data.record: id or version differs from data.id/data.version",
-                      "record")
-    change = Change(data.id, data.version, stage, Status[data.status.upper()],
-                    data.updated_at.timestamp())
-    return Ping(msg_id, change, record)
+    if record is not None:
+        # A fat ping: the record says it all; the ping's own fields, if given, must agree.
+        if record.id != data.id or (data.version is not None
+                                    and record.version != data.version):
+            raise Refused(422, "data.record: id or version differs from data.id/data.version",
+                          "record")
+        summary: object = record
+    elif data.thin:
+        # Only the id (or part of a summary): the ingress looks the driver up.
+        return Ping(msg_id, None, None, data.id)
+    else:
+        summary = data
+    return Ping(msg_id, _change(summary, stages, now), record, data.id)
+
+
+def _change(summary: object, stages: Sequence[str], now: float | None) -> Change:
+    """The change a ping's summary (or fat record) says, or a 422 naming what is wrong."""
+    version: str = summary.version  # type: ignore[attr-defined]
+    if (problem := version_problem(version)) is not None:
+        raise Refused(422, f"data.version: {problem}", "version")
+    updated_at = summary.updated_at.timestamp()  # type: ignore[attr-defined]
+    current = time.time() if now is None else now
+    if (problem := time_problem(updated_at, current)) is not None:
+        raise Refused(422, f"data.updated_at: {problem}", "time")
+    stage_name: str | None = summary.stage  # type: ignore[attr-defined]
+    if stage_name is None:
+        stage = NO_STAGE
+    elif stage_name in stages:
+        stage = list(stages).index(stage_name)
+    else:
+        raise Refused(422, f"data.stage: unknown stage {shown(stage_name)} (the pipeline "
+                           f"has {', '.join(stages)})", "stage")
+    status: str = summary.status  # type: ignore[attr-defined]
+    return Change(summary.id, version, stage, Status[status.upper()],  # type: ignore[attr-defined]
+                  updated_at)

@@ -123,12 +123,23 @@ class WebhookPing(_Wire):
 
 
 class PingData(_Wire):
+    """Only ``id`` is required: a *thin* ping (``{"id": ...}``) says that the driver
+    changed, and the receiver looks it up. With ``version``, ``status`` and ``updated_at``
+    (and ``stage``, null once published) it says what changed; with ``record``, everything."""
+
     id: str = Field(min_length=1, max_length=128)
-    version: str = Field(min_length=1, max_length=64)
-    stage: str | None
-    status: Status
-    updated_at: UtcDatetime
+    version: str | None = Field(default=None, min_length=1, max_length=64)
+    stage: str | None = None
+    status: Status | None = None
+    updated_at: UtcDatetime | None = None
     record: DriverRecord | None = None
+
+    @property
+    def thin(self) -> bool:
+        """Whether the ping leaves out what changed (the driver must be looked up)."""
+        return self.record is None and (
+            self.version is None or self.status is None or self.updated_at is None
+        )
 
 
 WebhookPing.model_rebuild()

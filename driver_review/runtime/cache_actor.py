@@ -69,6 +69,19 @@ class CacheService:
         except CatalogError:
             return None
 
+    async def lookup(self, driver_ids: Sequence[str]) -> list[tuple[DriverRecord | None, str]]:
+        """Thin pings: each driver as the catalog has it now (a conditional GET, single
+        flight with any fetch under way), as ``(record, "")`` or ``(None, error class)``."""
+
+        async def one(driver_id: str) -> tuple[DriverRecord | None, str]:
+            try:
+                entry = await self._fetch(driver_id)
+            except CatalogError as exc:
+                return None, type(exc).__name__
+            return await entry.value, ""
+
+        return list(await asyncio.gather(*(one(d) for d in driver_ids)))
+
     async def _fetch(self, driver_id: str) -> Entry:
         pending = self._inflight.get(driver_id)
         if pending is not None:

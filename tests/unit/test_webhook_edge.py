@@ -121,6 +121,20 @@ def test_a_good_ping_becomes_a_change() -> None:
                       now=NOW).record is None
 
 
+def test_a_thin_ping_names_only_its_driver_and_is_looked_up() -> None:
+    thin = json.dumps({"type": "driver.updated", "timestamp": "2027-01-15T08:00:00Z",
+                       "data": {"id": "drv-7"}}).encode()
+    ping = parse_ping("msg_1", thin, STAGES, now=NOW)
+    assert ping.change is None and ping.driver_id == "drv-7" and ping.record is None
+    # Part of a summary is still thin (what changed is not all there); its id is checked.
+    partial = json.dumps({"type": "driver.updated", "timestamp": "2027-01-15T08:00:00Z",
+                          "data": {"id": "drv-7", "version": "2.0"}}).encode()
+    assert parse_ping("msg_2", partial, STAGES, now=NOW).change is None
+    dots = json.dumps({"type": "driver.updated", "timestamp": "2027-01-15T08:00:00Z",
+                       "data": {"id": ".."}}).encode()
+    assert refused(lambda: parse_ping("msg_3", dots, STAGES, now=NOW)).kind == "id"
+
+
 def test_read_body_caps_size_and_refuses_a_bad_length() -> None:
     async def chunks(*parts: bytes):  # type: ignore[no-untyped-def]
         for part in parts:
