@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "DRIVER_REVIEW_ADMIN_TOKEN")
     serve.add_argument("--admin-port", type=_positive(int), default=8001)
 
+    probe = sub.add_parser("probe", help="a bounded, read-only first contact with a vendor")
+    probe.add_argument("--catalog-url", required=True, help="base URL of the vendor catalog")
+    probe.add_argument("--config", help="pipeline file (catalog.auth, checks)")
+    probe.add_argument("--check", metavar="NAME", help="also POST one driver to this check")
+    probe.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
     status = sub.add_parser("status", help="state of a running instance")
     status.add_argument("--config", help="pipeline file the instance runs with")
     status.add_argument("--instance", type=_instance, default=DEFAULT_INSTANCE)
@@ -148,6 +154,15 @@ def _run(args: argparse.Namespace) -> int:
         return run_service(_load(args), config_path=args.config, instance=args.instance,
                            data_dir=args.data_dir, host=args.host, port=args.port,
                            admin_host=args.admin_host, admin_port=args.admin_port)
+    if args.command == "probe":
+        from driver_review.probe import broken_lines, format_report, run_probe
+
+        report = run_probe(_load(args), check=args.check)
+        print(json.dumps(report.as_dict(), sort_keys=True) if args.json
+              else "\n".join(format_report(report)), flush=True)
+        for line in broken_lines(report):
+            print(line, file=sys.stderr)
+        return 0 if report.ok else 1
     if args.command == "status":
         from driver_review.config import load_config
         from driver_review.service import format_status, read_status
