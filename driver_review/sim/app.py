@@ -26,9 +26,11 @@ from driver_review.catalog.models import (
     Page,
     UtcDatetime,
 )
+from driver_review.sim.auth import TOKEN_PATH, AuthGate, TokenIssuer, token_form
 from driver_review.sim.badrows import BadRows
-from driver_review.sim.edge import Edge
+from driver_review.sim.edge import Edge, Limits
 from driver_review.sim.generator import ChangeGenerator
+from driver_review.sim.ratelimit import QuotaWindow, TokenBucket
 from driver_review.sim.settings import SimSettings
 from driver_review.sim.state import CatalogState
 from driver_review.sim.webhooks import WebhookSender
@@ -60,8 +62,12 @@ def _one_line(exc: RequestValidationError) -> str:
     return f"{label}: {err['msg']}"
 
 
-def create_app(settings: SimSettings, state: CatalogState) -> Edge:
-    """The ASGI app: the FastAPI routes wrapped in the rate-limit/latency/fault edge."""
+def create_app(
+    settings: SimSettings, state: CatalogState, *, gate: AuthGate | None = None,
+    issuer: TokenIssuer | None = None,
+) -> Edge:
+    """The ASGI app: the FastAPI routes wrapped in the auth/rate-limit/latency/fault edge;
+    with ``issuer``, also the OAuth2 token endpoint."""
     sender = None
     if settings.webhook_url and settings.webhook_secret:
         sender = WebhookSender(
@@ -186,6 +192,16 @@ def create_app(settings: SimSettings, state: CatalogState) -> Edge:
         Repeating a decided (driver, version, stage) changes nothing (``duplicate``)."""
         return state.decide(driver_id, version, stage, decision)
 
+    if issuer is not None:
+
+        @api.post(TOKEN_PATH, include_in_schema=False)
+        async def token(request: Request) -> JSONResponse:
+            """OAuth2 client credentials (RFC 6749 §4.4); see driver_review.sim.auth."""
+            form = token_form(await request.body())
+            status, answer = issuer.issue(form, request.headers.get("authorization"))
+            state.stats.tokens[str(status)] += 1
+            return JSONResponse(answer, status_code=status, headers={"cache-control": "no-store"})
+
     @api.get("/_sim/truth", include_in_schema=False)
     async def truth() -> dict[str, Any]:
         return {"drivers": state.truth()}
@@ -218,4 +234,30 @@ def create_app(settings: SimSettings, state: CatalogState) -> Edge:
         await generator.aclose()
         return {"paused": True}
 
-    return Edge(api, settings, state.stats)
+    return Edge(api, settings, state.stats, gate=gate)
+
+
+def create_checks_app(settings: SimSettings, state: CatalogState, *,
+                      gate: AuthGate | None = None) -> Edge:
+    """The checks port: only ``POST /v1/checks/{check}``, behind limits of its own."""
+    api = FastAPI(title="Driver checks (simulated)", version="1", openapi_url=None,
+                  docs_url=None, redoc_url=None)
+
+    @api.exception_handler(SimError)
+    async def _sim_error(_: Request, exc: SimError) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+
+    @api.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _one_line(exc)}, status_code=400)
+
+    @api.post("/v1/checks/{check}", response_model=CheckResponse)
+    async def run_check(check: str, request: CheckRequest) -> CheckResponse:
+        return state.run_check(check, request.driver_id, request.version)
+
+    rate = settings.checks_rate_limit
+    quota = (QuotaWindow(settings.checks_quota, settings.checks_quota_window_s)
+             if settings.checks_quota else None)
+    limits = Limits(TokenBucket(rate, settings.checks_burst) if rate else None, quota=quota,
+                    headers=settings.ratelimit_headers, label="checks ")
+    return Edge(api, settings, state.stats, gate=gate, limits=limits)

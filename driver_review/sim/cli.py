@@ -43,6 +43,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--bad-rows", type=float, default=0.0, metavar="F",
         help="share of listing/changes rows rendered bad (0..1); the truth is unchanged")
     add("--package-size", type=int, default=16384, metavar="BYTES", help="bytes per package")
+    auth = ["none", "bearer", "oauth2"]
+    add("--auth", choices=auth, default="none",
+        help="bearer: token from DRIVER_REVIEW_SIM_TOKEN; oauth2: POST /oauth/token with "
+             "DRIVER_REVIEW_SIM_CLIENT_ID/_SECRET")
+    add("--token-ttl-s", type=float, default=300.0, help="lifetime of an oauth2 token")
+    add("--checks-port", type=int, metavar="P",
+        help="also serve POST /v1/checks/{check} on port P, with limits of its own")
+    add("--checks-auth", choices=auth, help="the checks port's auth (default: --auth)")
+    add("--checks-rate-limit", type=float, metavar="R", help="requests/s on the checks port")
+    add("--checks-rate-burst", type=int, help="its bucket (default: ceil(rate/5))")
+    add("--checks-quota", type=int, metavar="N", help="requests per quota window (checks port)")
+    add("--checks-quota-window-s", type=float, default=86_400.0, metavar="W",
+        help="the quota window (default: a day)")
 
 
 def settings_from_args(ns: argparse.Namespace) -> SimSettings:

@@ -12,23 +12,48 @@ import asyncio
 import json
 import random
 import time
+from dataclasses import dataclass
 
 from starlette.routing import Match
 
+from driver_review.sim.auth import AuthGate, refuse
 from driver_review.sim.faults import ASGIApp, FaultInjector, Message, Receive, Scope, Send
-from driver_review.sim.ratelimit import TokenBucket, ratelimit_headers, retry_after
+from driver_review.sim.ratelimit import (
+    QuotaWindow,
+    TokenBucket,
+    merge_headers,
+    ratelimit_headers,
+    retry_after,
+)
 from driver_review.sim.settings import SimSettings
 from driver_review.sim.stats import SimStats
 
 
+@dataclass
+class Limits:
+    """One port's limits: a token bucket (its RateLimit headers sent when ``headers``) and
+    a quota window (whose headers are always sent: a quota is announced, not discovered)."""
+
+    bucket: TokenBucket | None
+    quota: QuotaWindow | None = None
+    headers: bool = False
+    label: str = ""  # prefix of this port's routes in stats ("checks " on the checks port)
+
+
 class Edge:
-    def __init__(self, app: ASGIApp, settings: SimSettings, stats: SimStats) -> None:
+    def __init__(
+        self, app: ASGIApp, settings: SimSettings, stats: SimStats, *,
+        gate: AuthGate | None = None, limits: Limits | None = None,
+    ) -> None:
         self.app = app
         self.settings = settings
         self.stats = stats
-        self.bucket = (
-            TokenBucket(settings.rate_limit, settings.burst) if settings.rate_limit else None
+        self.gate = gate
+        self.limits = limits or Limits(
+            TokenBucket(settings.rate_limit, settings.burst) if settings.rate_limit else None,
+            headers=settings.ratelimit_headers,
         )
+        self.bucket = self.limits.bucket
         self.faults = FaultInjector(
             settings.fault_rate, seed=settings.seed, timeout_s=settings.fault_timeout_s
         )
@@ -41,22 +66,22 @@ class Edge:
             self._loop.call_soon_threadsafe(self.faults.release_hung)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
+        if scope["type"] == "lifespan" or self._loop is None:
+            # (the checks port runs without a lifespan: its first request tells the loop)
             self._loop = asyncio.get_running_loop()
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
-        route = self._route(scope)
-        extra: list[tuple[bytes, bytes]] = []
-        admission = self.bucket.try_acquire() if self.bucket else None
-        if self.bucket and admission and self.settings.ratelimit_headers:
-            extra = [
-                (k.encode(), v.encode())
-                for k, v in ratelimit_headers(self.bucket, admission).items()
-            ]
+        route = self.limits.label + self._route(scope)
+        if self.gate is not None and not self.gate.allows(scope):
+            # Before the limits: a refused request spends none of a paying client's quota.
+            await refuse(send)
+            self.stats.count_request(route, "401")
+            return
+        admitted, wait_s, extra = self._admit()
         await self._delay()
-        if admission is not None and not admission.admitted:
-            await self._too_many(send, admission.wait_s, extra)
+        if not admitted:
+            await self._too_many(send, wait_s, extra)
             self.stats.count_request(route, "429")
             return
         kind = self.faults.pick(scope["method"])
@@ -80,6 +105,24 @@ class Edge:
         finally:
             self.stats.count_request(route, status_seen)
 
+    def _admit(self) -> tuple[bool, float, list[tuple[bytes, bytes]]]:
+        """``(admitted, wait_s, RateLimit headers)``; a request the bucket refuses spends
+        no quota."""
+        limits, parts = self.limits, []
+        admitted, wait_s = True, 0.0
+        if limits.bucket is not None:
+            a = limits.bucket.try_acquire()
+            admitted, wait_s = a.admitted, a.wait_s
+            if limits.headers:
+                parts.append(ratelimit_headers(limits.bucket, a))
+        if limits.quota is not None:
+            q = limits.quota.try_acquire(consume=admitted)
+            if admitted and not q.admitted:
+                admitted, wait_s = False, q.reset_s
+            parts.append(limits.quota.headers(q))
+        extra = [(k.encode(), v.encode()) for k, v in merge_headers(*parts).items()]
+        return admitted, wait_s, extra
+
     def _route(self, scope: Scope) -> str:
         """``"GET /v1/drivers/{id}"``: the route template, so stats do not grow per id."""
         method = scope["method"]
@@ -99,9 +142,7 @@ class Edge:
 
     async def _too_many(self, send: Send, wait_s: float, extra: list[tuple[bytes, bytes]]) -> None:
         value = retry_after(wait_s, self.settings.retry_after_format, now=time.time())
-        body = json.dumps(
-            {"detail": f"rate limit exceeded ({self.settings.rate_limit:g} requests/s)"}
-        ).encode()
+        body = json.dumps({"detail": "rate limit exceeded"}).encode()
         await send(
             {
                 "type": "http.response.start",

@@ -86,3 +86,47 @@ def ratelimit_headers(bucket: TokenBucket, admission: Admission) -> dict[str, st
         "RateLimit-Policy": f'"{POLICY_NAME}";q={quota};w={window_s}',
         "RateLimit": f'"{POLICY_NAME}";r={admission.remaining};t={math.ceil(until_s)}',
     }
+
+
+class QuotaWindow:
+    """``quota`` requests per fixed window of ``window_s`` (a daily quota, say): once spent,
+    everything waits for the next window, however slowly it is asked."""
+
+    def __init__(self, quota: int, window_s: float, *, name: str = "quota",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if quota < 1 or window_s <= 0:
+            raise ValueError("quota must be >= 1 and window_s > 0")
+        self.quota = quota
+        self.window_s = window_s
+        self.name = name
+        self._clock = clock
+        self._start = clock()
+        self._used = 0
+
+    def try_acquire(self, *, consume: bool = True) -> Admission:
+        now = self._clock()
+        elapsed = now - self._start
+        if elapsed >= self.window_s:  # a new window: the quota is whole again
+            self._start += (elapsed // self.window_s) * self.window_s
+            self._used = 0
+        reset_s = self._start + self.window_s - now
+        admitted = self._used < self.quota
+        if admitted and consume:
+            self._used += 1
+        remaining = self.quota - self._used
+        return Admission(admitted, remaining, 0.0 if remaining else reset_s, reset_s)
+
+    def headers(self, admission: Admission) -> dict[str, str]:
+        return {
+            "RateLimit-Policy": f'"{self.name}";q={self.quota};w={math.ceil(self.window_s)}',
+            "RateLimit": f'"{self.name}";r={admission.remaining};t={math.ceil(admission.reset_s)}',
+        }
+
+
+def merge_headers(*parts: dict[str, str]) -> dict[str, str]:
+    """Several policies in one field each, as structured-field lists (``a, b``)."""
+    merged: dict[str, str] = {}
+    for part in parts:
+        for name, value in part.items():
+            merged[name] = f"{merged[name]}, {value}" if name in merged else value
+    return merged

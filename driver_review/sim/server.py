@@ -18,7 +18,8 @@ from typing import TextIO
 
 import uvicorn
 
-from driver_review.sim.app import create_app
+from driver_review.sim.app import create_app, create_checks_app
+from driver_review.sim.auth import TokenIssuer, build_gates
 from driver_review.sim.edge import Edge
 from driver_review.sim.faults import TransportH11Protocol
 from driver_review.sim.settings import SimSettings
@@ -32,7 +33,8 @@ STOP_TIMEOUT_S = 15.0
 
 
 class SimServer:
-    """One simulated catalog on ``settings.host``; ``url`` is known once ``start`` returns."""
+    """One simulated catalog on ``settings.host``; ``url`` is known once ``start`` returns,
+    and ``checks_url`` too when ``settings.checks_port`` asks for a checks port."""
 
     def __init__(self, settings: SimSettings) -> None:
         self.settings = settings
@@ -40,58 +42,76 @@ class SimServer:
             drivers=settings.drivers, seed=settings.seed, package_size=settings.package_size
         )
         self.url = ""
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._sock: socket.socket | None = None
-        self._app: Edge | None = None
+        self.checks_url = ""
+        self.issuer: TokenIssuer | None = None
+        self._servers: list[tuple[uvicorn.Server, threading.Thread, socket.socket]] = []
+        self._apps: list[Edge] = []
         self._lock = threading.Lock()
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return bool(self._servers) and all(t.is_alive() for _, t, _ in self._servers)
 
     def start(self) -> SimServer:
         with self._lock:
-            if self._server is not None:
+            if self._servers:
                 return self
-            sock = _bind(self.settings.host, self.settings.port)
-            host, port = sock.getsockname()[:2]
-            self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-            self._app = create_app(self.settings, self.state)
-            config = uvicorn.Config(
-                self._app,
-                http=TransportH11Protocol,
-                loop="asyncio",
-                lifespan="on",
-                log_level="warning",
-                access_log=False,
-                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-            )
-            server = uvicorn.Server(config)
-            thread = threading.Thread(
-                target=server.run, kwargs={"sockets": [sock]}, name=f"sim-{port}", daemon=True
-            )
-            self._server, self._thread, self._sock = server, thread, sock
-            thread.start()
+            gate, checks_gate, self.issuer = build_gates(self.settings)
+            self._apps = [create_app(self.settings, self.state, gate=gate, issuer=self.issuer)]
+            ports = [self.settings.port]
+            if self.settings.checks_port is not None:
+                self._apps.append(create_checks_app(self.settings, self.state, gate=checks_gate))
+                ports.append(self.settings.checks_port)
+            urls = [self._serve(app, port) for app, port in zip(self._apps, ports, strict=True)]
+            self.url = urls[0]
+            self.checks_url = urls[1] if len(urls) > 1 else ""
+            started = list(self._servers)
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"simulated catalog did not start on {self.url}")
-            time.sleep(0.005)
+        for server, thread, _ in started:
+            while not server.started:
+                if not thread.is_alive() or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"simulated catalog did not start on {self.url}")
+                time.sleep(0.005)
         return self
+
+    def _serve(self, app: Edge, port: int) -> str:
+        """Start one uvicorn server for ``app`` in a thread (lock held); its URL."""
+        try:
+            sock = _bind(self.settings.host, port)
+        except OSError:
+            for server, _, _ in self._servers:  # the catalog port, when the checks one fails
+                server.should_exit = True
+            raise
+        host, port = sock.getsockname()[:2]
+        config = uvicorn.Config(
+            app,
+            http=TransportH11Protocol,
+            loop="asyncio",
+            # The checks port's app has no lifespan of its own (the generator and the
+            # sender belong to the catalog's).
+            lifespan="on" if not self._servers else "off",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        )
+        server = uvicorn.Server(config)
+        thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name=f"sim-{port}", daemon=True
+        )
+        self._servers.append((server, thread, sock))
+        thread.start()
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def stop(self) -> None:
         with self._lock:
-            server, thread, sock = self._server, self._thread, self._sock
-            self._server = self._thread = self._sock = None
-        if self._app is not None:
-            self._app.release_hung()
-        if server is not None:
+            servers, self._servers = self._servers, []
+        for app in self._apps:
+            app.release_hung()
+        for server, _, _ in servers:
             server.should_exit = True
-        if thread is not None:
+        for _, thread, sock in servers:
             thread.join(STOP_TIMEOUT_S)
-        if sock is not None:
             sock.close()
 
     def __enter__(self) -> SimServer:
@@ -136,6 +156,9 @@ def serve_forever(settings: SimSettings, *, out: TextIO = sys.stdout) -> None:
                 file=out,
                 flush=True,
             )
+            if server.checks_url:
+                print(f"checks API: {server.checks_url}/v1/checks/{{check}}", file=out,
+                      flush=True)
             while server.running and not stop.wait(0.5):
                 pass
     finally:

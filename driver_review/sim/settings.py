@@ -7,15 +7,27 @@ naming the field (``sim setting rate_limit: Input should be greater than 0``).
 from __future__ import annotations
 
 import math
+import os
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 
 from driver_review.errors import ConfigError
 from driver_review.webhooks import decode_secret
 
 Share = Annotated[float, Field(ge=0.0, le=1.0)]
 NonNegative = Annotated[float, Field(ge=0.0)]
+AuthMode = Literal["none", "bearer", "oauth2"]
+#: Where the simulator's own secrets come from (never flags: they would show in `ps`).
+ENV = {"auth_token": "DRIVER_REVIEW_SIM_TOKEN", "client_id": "DRIVER_REVIEW_SIM_CLIENT_ID",
+       "client_secret": "DRIVER_REVIEW_SIM_CLIENT_SECRET"}
 
 
 class SimSettings(BaseModel):
@@ -44,12 +56,58 @@ class SimSettings(BaseModel):
     package_size: Annotated[int, Field(ge=1, le=256 * 1024 * 1024)] = 16384  # bytes
     # Share of listing and changes rows rendered bad (see driver_review.sim.badrows).
     bad_rows: Share = 0.0
+    # Authentication of /v1 (see driver_review.sim.auth). Secrets come from the environment
+    # (names in ENV) unless given here; SecretStr keeps them out of every repr.
+    auth: AuthMode = "none"
+    checks_auth: AuthMode | None = None  # the checks port's; default: auth
+    auth_token: SecretStr | None = None
+    client_id: SecretStr | None = None
+    client_secret: SecretStr | None = None
+    token_ttl_s: Annotated[float, Field(gt=0)] = 300.0
+    # A second port serving only POST /v1/checks/{check}, with limits of its own.
+    checks_port: Annotated[int, Field(ge=0, le=65535)] | None = None  # 0 = ephemeral
+    checks_rate_limit: Annotated[float, Field(gt=0)] | None = None
+    checks_rate_burst: Annotated[int, Field(ge=1)] | None = None  # default ceil(rate/5)
+    checks_quota: Annotated[int, Field(ge=1)] | None = None  # requests per quota window
+    checks_quota_window_s: Annotated[float, Field(gt=0)] = 86_400.0
 
     def __init__(self, **data: Any) -> None:
         try:
             super().__init__(**data)
         except ValidationError as exc:
             raise SettingError.from_validation(exc) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secrets_from_env(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        modes = {data.get("auth", "none"), data.get("checks_auth") or data.get("auth", "none")}
+        wanted = {"bearer": ["auth_token"], "oauth2": ["client_id", "client_secret"]}
+        data = dict(data)
+        for mode in sorted(modes & wanted.keys()):
+            for name in wanted[mode]:
+                if data.get(name) is None:
+                    value = os.environ.get(ENV[name], "").strip()
+                    if not value:
+                        raise ValueError(f"auth: {mode} needs environment variable {ENV[name]}")
+                    data[name] = value
+        return data
+
+    @model_validator(mode="after")
+    def _checks_port(self) -> Self:
+        if self.checks_port is None:
+            given = [name for name in ("checks_rate_limit", "checks_rate_burst", "checks_quota",
+                                       "checks_auth") if getattr(self, name) is not None]
+            if given:
+                raise ValueError(f"{given[0]}: needs checks_port")
+        return self
+
+    @property
+    def checks_burst(self) -> int:
+        if self.checks_rate_burst is not None:
+            return self.checks_rate_burst
+        return max(1, math.ceil((self.checks_rate_limit or 1.0) / 5))
 
     @model_validator(mode="after")
     def _webhooks(self) -> Self:
