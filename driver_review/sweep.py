@@ -32,7 +32,7 @@ from typing import Any, TextIO
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from driver_review.backlog import Lane
-from driver_review.catalog.http import HttpCatalog
+from driver_review.catalog.adapter import build_catalog
 from driver_review.config import PipelineConfig
 from driver_review.errors import CatalogError, IntakeFull
 from driver_review.identifiers import redact_location
@@ -265,7 +265,8 @@ class _Run:
         meanwhile is counted): from the catalog itself, else what the orchestrator held,
         else the last listing (what it saw in review, perhaps decided since)."""
         # The instance is stopped, governor included: a few unpaced pages, bounded.
-        catalog = HttpCatalog(self.config.catalog)
+        catalog = build_catalog(self.config.catalog, limiter=None, on_response=None,
+                                stages=self.config.stage_names)
         try:
             return await asyncio.wait_for(self._count(catalog), COUNT_TIMEOUT_S)
         except (CatalogError, TimeoutError) as exc:
@@ -278,6 +279,9 @@ class _Run:
         listing = Listing()
         async for summary in catalog.iter_drivers():
             listing.listed += 1
+            if isinstance(summary, BadRow):  # set aside, not in review here
+                listing.bad += 1
+                continue
             listing.by_status[summary.status] = listing.by_status.get(summary.status, 0) + 1
         self.listing = listing
         return listing.in_review
