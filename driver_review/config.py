@@ -65,6 +65,9 @@ class GovernorConfig(_Strict):
     min_rate: PositiveFloat = 0.5
     max_rate: PositiveFloat = 10_000.0
     lease_size: Annotated[int, Field(gt=0, le=1000)] = 8
+    #: What an earlier run learnt of an endpoint (kept under the data dir) is trusted this
+    #: long, and re-verified as it is used; 0 starts every run cold.
+    warm_start_s: Annotated[float, Field(ge=0)] = 3600.0
 
 
 class PoolConfig(_Strict):

@@ -145,6 +145,7 @@ class RateGovernor:
         self._header_margin = HEADER_MARGIN
         self._last_grant: tuple[int, int] | None = None  # (id, epoch) of the schedule's tail
         self._grant_id = 0
+        self._warm: dict[str, float] | None = None  # set by warm_start
         self._n = {"grants": 0, "permits": 0, "returned": 0, "429s": 0, "503s": 0, "ok": 0,
                    "decreases": 0}
 
@@ -280,8 +281,45 @@ class RateGovernor:
             "quota": quota[0] if quota else None,
             "quota_window_s": quota[1] if quota else None,
             "epoch": self._epoch,
+            # When this run started from an earlier one's limit: when that was learnt.
+            "warm_start": self._warm,
             **self._n,
         }
+
+    # --- warm start -------------------------------------------------------------------
+    def learnt(self) -> dict[str, Any] | None:
+        """What this governor knows of its endpoint's limit, for the next run to start
+        from (see :meth:`warm_start`); ``None`` while it knows nothing."""
+        lo = None if self._lo_guessed else self._lo
+        if lo is None and self._hi is None and self._header_rate is None:
+            return None
+        return {"safe_rate": lo, "limit_estimate": self._hi, "header_rate": self._header_rate,
+                "learnt_at": self._wall_clock()}
+
+    def warm_start(self, learnt: Mapping[str, Any], now: float) -> bool:
+        """Start from what an earlier run learnt instead of slow start from
+        ``initial_rate``, if it is recent. Nothing is taken on faith:
+        the learnt safe rate is a guess again until it holds for ``HOLD_S``, a 429 before
+        that drops it and the bracket is found afresh, and the probe above it runs as after
+        any 429. Older than ``config.warm_start_s``, it is ignored. Returns whether it was
+        used."""
+        age_s = self._wall_clock() - float(learnt.get("learnt_at") or 0.0)
+        header = _positive(learnt.get("header_rate"))
+        hi = _positive(learnt.get("limit_estimate")) or header
+        lo = _positive(learnt.get("safe_rate"))
+        if not 0.0 <= age_s <= self.config.warm_start_s or (hi is None and lo is None):
+            return False
+        if lo is None or (hi is not None and lo >= hi):
+            lo = SETTLE * hi if hi is not None else lo
+        self._tick(now)
+        self._mode = "aimd"
+        self._lo, self._hi, self._lo_guessed = lo, hi, True
+        self._held_since_429 = False
+        self._rate = self._hold_rate = self._clamp(lo or self._rate)
+        self._held_s = 0.0
+        self._decreased_at = now  # the probe above starts slow, as after a decrease
+        self._warm = {"learnt_at": float(learnt["learnt_at"]), "age_s": age_s}
+        return True
 
     # --- internals --------------------------------------------------------------------
     def _clamp(self, rate: float) -> float:
@@ -426,6 +464,15 @@ class RateGovernor:
         )
         if self._header_rate is not None:
             self._rate = self._clamp(self._header_rate * self._header_margin)
+
+
+def _positive(value: Any) -> float | None:
+    """A finite rate above zero, or None (what a hand-edited or corrupt file may hold)."""
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        return None
+    return rate if math.isfinite(rate) and rate > 0 else None
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

@@ -56,10 +56,10 @@ def orchestrator(
              results_dir=results_dir)
 
 
-def governor(config: PipelineConfig, instance: str) -> Any:
+def governor(config: PipelineConfig, instance: str, data_dir: str | None = None) -> Any:
     return Governor.options(
         name=actor_name(instance, "governor"), **_SERVICE, **_placement(config)
-    ).remote(config.governor, instance=instance)
+    ).remote(config.governor, instance=instance, data_dir=data_dir)
 
 
 def cache(config: PipelineConfig, instance: str) -> Any:

@@ -9,6 +9,7 @@ only 429s and rate-limit headers are sent at once, since those change the schedu
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -21,18 +22,36 @@ from driver_review.limiter import PermitBucket
 from driver_review.retry import parse_retry_after
 from driver_review.runtime import metrics
 from driver_review.runtime.names import ActorRef
+from driver_review.warmstart import LearntStore
+
+log = logging.getLogger(__name__)
+
+
+SAVE_EVERY_S = 10.0  # learnt limits reach the data dir this often (and at stop)
 
 
 class GovernorService:
-    def __init__(self, config: GovernorConfig, *, instance: str) -> None:
+    def __init__(
+        self, config: GovernorConfig, *, instance: str, data_dir: str | None = None
+    ) -> None:
         self.config = config
         self.instance = instance
         self._governors: dict[str, RateGovernor] = {}
+        # Warm start: what earlier runs learnt, per endpoint key, from the data dir.
+        self._store = LearntStore(data_dir) if data_dir and config.warm_start_s > 0 else None
+        self._earlier = self._store.load() if self._store else {}
+        self._saved: dict[str, dict[str, Any]] = {}
+        self._saved_at = time.monotonic()
+        self._saving: asyncio.Task | None = None
 
     def _get(self, key: str) -> RateGovernor:
         gov = self._governors.get(key)
         if gov is None:
             gov = self._governors[key] = RateGovernor(self.config, key=key)
+            earlier = self._earlier.get(key)
+            if earlier is not None and gov.warm_start(earlier, time.monotonic()):
+                log.info("governor %s: warm start from a limit learnt %.0f s ago", key,
+                         gov.stats()["warm_start"]["age_s"])
         return gov
 
     async def lease(self, key: str, n: int, successes: int = 0) -> Grant:
@@ -42,7 +61,30 @@ class GovernorService:
             gov.observe(200, {}, now)
         grant = gov.lease(n, now)
         metrics.governor_rate().set(gov.rate, {"instance": self.instance, "key": key})
+        if self._store and now - self._saved_at >= SAVE_EVERY_S and self._saving is None:
+            self._saved_at = now
+            self._saving = asyncio.get_running_loop().create_task(self.flush())
         return grant
+
+    async def flush(self) -> int:
+        """Write what changed of the learnt limits to the data dir; returns how many
+        endpoints were written. Never raises: a store that fails costs a warm start only."""
+        try:
+            if self._store is None:
+                return 0
+            learnt = {key: entry for key, gov in self._governors.items()
+                      if (entry := gov.learnt()) is not None}
+            changed = {k: v for k, v in learnt.items()
+                       if _without_time(v) != _without_time(self._saved.get(k))}
+            if changed:
+                await asyncio.to_thread(self._store.save, changed)
+                self._saved.update(changed)
+            return len(changed)
+        except Exception as exc:
+            log.warning("saving learnt limits: %s", exc)
+            return 0
+        finally:
+            self._saving = None
 
     async def give_back(self, key: str, grant: Grant, unused: int) -> None:
         self._get(key).give_back(grant, unused, time.monotonic())
@@ -53,6 +95,14 @@ class GovernorService:
     async def stats(self) -> dict[str, dict[str, Any]]:
         now = time.monotonic()
         return {key: gov.stats(now) for key, gov in self._governors.items()}
+
+
+def _without_time(entry: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """An entry without its timestamp, rounded: a limit re-learnt unchanged needs no write."""
+    if entry is None:
+        return None
+    return {k: (round(v, 1) if isinstance(v, float) else v)
+            for k, v in entry.items() if k != "learnt_at"}
 
 
 class RemoteLimiter:

@@ -59,7 +59,8 @@ def start_system(
     if poll:
         check_snapshot_stages(config, instance, data_dir)
     handles: list[Any] = [
-        actors.governor(config, instance),
+        # The governor starts from what earlier runs learnt of each endpoint (data dir).
+        actors.governor(config, instance, data_dir or None),
         # Only the always-on service keeps snapshots; a sweep starts from nothing anyway.
         actors.orchestrator(config, instance, outer_loop=outer_loop,
                             data_dir=data_dir if poll else None, results_dir=data_dir),
@@ -104,6 +105,10 @@ async def stop_system(system: System, *, drain_timeout_s: float = 60.0) -> dict[
         final["snapshot"] = await system.orchestrator.call("snapshot")
     except Exception as exc:
         log.warning("final snapshot: %s", exc)
+    try:  # what was learnt of each endpoint, for the next run's warm start
+        final["learnt_saved"] = await system.governor.call("flush")
+    except Exception as exc:
+        log.warning("saving learnt limits: %s", exc)
     for name, ref in (("cache", system.cache), ("governor", system.governor),
                       ("orchestrator", system.orchestrator)):
         try:
