@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -80,6 +81,7 @@ HEADER_MARGIN = 0.98  # pace a little under the advertised rate: arrival jitter
 HEADER_MARGIN_MIN = 0.5
 HEADER_RECOVER_PER_S = 0.002
 LONG_WINDOW_S = 60.0  # a RateLimit window longer than this is a quota (a budget), not a rate
+BUSY_SPANS = 1000  # spans of saturated demand kept (merged when contiguous)
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,10 @@ class RateGovernor:
         self._last_grant: tuple[int, int] | None = None  # (id, epoch) of the schedule's tail
         self._grant_id = 0
         self._warm: dict[str, float] | None = None  # set by warm_start
+        # When demand exceeded the permits: how close to its limit the endpoint ran is
+        # only a fair question then (benchmark, status).
+        self._busy_s = 0.0
+        self._busy_spans: deque[tuple[float, float]] = deque(maxlen=BUSY_SPANS)
         self._n = {"grants": 0, "permits": 0, "returned": 0, "429s": 0, "503s": 0, "ok": 0,
                    "decreases": 0}
 
@@ -283,6 +289,7 @@ class RateGovernor:
             "epoch": self._epoch,
             # When this run started from an earlier one's limit: when that was learnt.
             "warm_start": self._warm,
+            "busy_s": self._busy_s,
             **self._n,
         }
 
@@ -381,6 +388,8 @@ class RateGovernor:
             self._idle_s <= (1.0 - BUSY_FRACTION) * elapsed_s
             and self._answered >= KEPT_UP * self._rate * elapsed_s
         )
+        if busy:
+            self._note_busy(self._interval_start, now)
         if self._mode == "header":
             self._header_step(now, elapsed_s)
         elif busy and not self._saw_429_in_interval:
@@ -390,6 +399,18 @@ class RateGovernor:
             else:
                 self._increase(now, elapsed_s)
         self._start_interval(now)
+
+    def _note_busy(self, start: float, end: float) -> None:
+        self._busy_s += end - start
+        if self._busy_spans and self._busy_spans[-1][1] >= start - 1e-9:
+            self._busy_spans[-1] = (self._busy_spans[-1][0], end)
+        else:
+            self._busy_spans.append((start, end))
+
+    def busy_spans(self) -> list[tuple[float, float]]:
+        """When demand kept the schedule full (the endpoint was the constraint), as
+        ``(start, end)`` readings of the caller's clock, the newest ``BUSY_SPANS``."""
+        return list(self._busy_spans)
 
     def _start_interval(self, at: float) -> None:
         self._interval_start = at

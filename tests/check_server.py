@@ -1,8 +1,8 @@
 """A small third-party check service on loopback, for the tests: its own rate limit (a
 token bucket: 429 with ``Retry-After``, as scanners answer), optional credentials (a bearer
 token, or OAuth2 client credentials with tokens that expire), and answers either ``passed``
-or, with ``forward_to``, the simulated catalog's own answer for a check, so a sweep that
-uses it still ends equal to the simulator's truth.
+or what ``answer`` says (e.g. the simulated catalog's own answer for a check, asked
+in-process), so a sweep that uses it still ends equal to the simulator's truth.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ import secrets
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
-
-import httpx
 
 from driver_review.sim.ratelimit import TokenBucket
 
@@ -29,21 +28,21 @@ class CheckServer:
     def __init__(
         self, *, rate: float, burst: int = 1, bearer: str | None = None,
         client: tuple[str, str] | None = None, token_ttl_s: float = 60.0,
-        forward_to: str | None = None, forward_check: str = "crash_telemetry",
+        answer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.bucket = TokenBucket(rate, burst)
         self.bearer = bearer
         self.client = client
         self.token_ttl_s = token_ttl_s
-        self.forward_to = forward_to
-        self.forward_check = forward_check
+        # What a check answers (default: passed); e.g. the simulator's own answer, asked
+        # in-process so the check service takes nothing from the catalog's rate limit.
+        self.answer = answer
         self.statuses: Counter[int] = Counter()
         self.admitted_at: list[float] = []
         self.tokens_issued = 0
         self.issued: list[str] = []  # every token handed out (tests scan for them)
         self._tokens: dict[str, float] = {}  # token -> expiry (monotonic)
         self._lock = threading.Lock()
-        self._http = httpx.Client(timeout=10.0)
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -60,7 +59,6 @@ class CheckServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
-        self._http.close()
 
     # --- handlers (called on the server's threads) ----------------------------------------
     def issue_token(self, authorization: str | None) -> tuple[int, dict[str, Any]]:
@@ -93,19 +91,12 @@ class CheckServer:
                 self.admitted_at.append(time.monotonic())
         if not admission.admitted:
             return 429, {}, {"Retry-After": str(max(1, math.ceil(admission.wait_s)))}
-        if self.forward_to is None:
+        if self.answer is None:
             return 200, {"passed": True}, {}
-        return 200, self._forward(body), {}
-
-    def _forward(self, body: dict[str, Any]) -> dict[str, Any]:
-        for _ in range(50):  # the catalog has its own limit: wait it out, bounded
-            resp = self._http.post(f"{self.forward_to}/v1/checks/{self.forward_check}", json=body)
-            if resp.status_code == 429:
-                time.sleep(float(resp.headers.get("retry-after", "0.2")) or 0.2)
-                continue
-            answer = resp.json()
-            return {"passed": answer["passed"], "reason": answer.get("reason", "")}
-        raise RuntimeError("the catalog kept refusing")
+        try:
+            return 200, self.answer(body), {}
+        except Exception as exc:  # e.g. the simulator's 404/409, with its status
+            return getattr(exc, "status", 500), {"detail": str(exc)}, {}
 
 
 class _Server(ThreadingHTTPServer):

@@ -92,6 +92,10 @@ class GovernorService:
     async def observe(self, key: str, status: int, headers: dict[str, str]) -> int:
         return self._get(key).observe(status, headers, time.monotonic())
 
+    async def busy_spans(self) -> dict[str, list[tuple[float, float]]]:
+        """Per key, when demand kept its schedule full (``time.monotonic`` of this node)."""
+        return {key: gov.busy_spans() for key, gov in self._governors.items()}
+
     async def stats(self) -> dict[str, dict[str, Any]]:
         now = time.monotonic()
         return {key: gov.stats(now) for key, gov in self._governors.items()}

@@ -40,7 +40,7 @@ def _sweep(sim_factory, port: int, data_dir: str) -> tuple[dict, dict]:
 @pytest.mark.timeout(300)
 def test_the_second_sweep_starts_at_the_learnt_limit_without_429s(sim_factory, tmp_path) -> None:
     port, data_dir = _port(), str(tmp_path / "data")
-    cold, cold_stats = _sweep(sim_factory, port, data_dir)
+    cold, _ = _sweep(sim_factory, port, data_dir)
     learnt = json.loads((tmp_path / "data" / "governor" / "endpoints.json").read_text())
     entry = learnt["endpoints"][f"http://127.0.0.1:{port}"]
     assert 0.8 * LIMIT <= entry["safe_rate"] <= 1.05 * LIMIT, entry

@@ -1,0 +1,1 @@
+"""Helpers shared by the test layers (unit, integration, faults): import from here only."""
