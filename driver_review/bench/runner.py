@@ -113,6 +113,9 @@ def _summary(scenarios: dict[str, Any]) -> dict[str, Any]:
     for name, result in scenarios.items():
         if "error" in result:
             errors.append(f"{name}: {result['error']}")
+        # Parts of a scenario that failed while the rest reported (e.g. a peer that never
+        # reached the truth): errors too, never met or missed targets.
+        errors.extend(f"{name}: {e}" for e in result.get("errors", []))
         for key, t in result.get("targets", {}).items():
             (met if t["met"] else missed).append(f"{name}.{key} = {t['value']} ({t['target']})")
     return {"targets_met": len(met), "targets_missed": len(missed), "missed": missed,
