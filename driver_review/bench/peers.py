@@ -55,7 +55,7 @@ def grids(quick: bool) -> dict[str, list[dict[str, int]]]:
     return QUICK_GRIDS if quick else GRIDS
 
 
-def _in_review(url: str) -> list[str]:
+def in_review_ids(url: str) -> list[str]:
     async def listing() -> list[str]:
         catalog = HttpCatalog(CatalogConfig(url=url, max_attempts=20))
         try:
@@ -77,7 +77,7 @@ def measure_point(ctx: Context, name: str, setting: dict[str, int],
         started = time.monotonic()
         deadline = time.time() + bound_s
         try:
-            ids = _in_review(sim.url)
+            ids = in_review_ids(sim.url)
             detail = RUNNERS[name](sim.url, ids, deadline, setting)
         except Exception as exc:  # reported, not raised: the other peers still run
             detail = {"failed": f"{type(exc).__name__}: {exc}"[:300]}
