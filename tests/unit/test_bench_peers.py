@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
+import sys
+import time
 
 import pytest
 
@@ -223,3 +226,26 @@ def test_targets_compare_only_a_peer_that_has_a_best_run() -> None:
     faster = peer_targets("x", {"active_s": 5.0, "rate_limited_share": 0.0}, ref)
     assert not faster["x.wall_to_driver_review_ratio"]["met"]
     assert not faster["x.rate_limited_share_minus_driver_review"]["met"]
+
+
+# --- CPU accounting of the ceiling scenario ------------------------------------------
+
+
+def test_spent_counts_growth_per_process_and_new_processes_from_zero() -> None:
+    from driver_review.bench.cpu import spent_s
+
+    assert spent_s({1: 2.0, 2: 1.0}, {1: 3.5, 2: 1.0, 3: 0.25}) == pytest.approx(1.75)
+    assert spent_s({1: 2.0}, {}) == 0.0  # a process gone: nothing more to count
+
+
+def test_tree_cpu_sees_this_process_spend_cpu() -> None:
+    from driver_review.bench.cpu import tree_cpu_s
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc")
+    before = tree_cpu_s([os.getpid()])
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:  # bounded busy loop
+        pass
+    after = tree_cpu_s([os.getpid()])
+    assert after[os.getpid()] - before[os.getpid()] >= 0.2
