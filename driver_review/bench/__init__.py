@@ -10,8 +10,12 @@ Scenarios (``--only`` takes these names):
 ==============  ==========================================================================
 utilization     one sweep at an undisclosed rate limit R, and once more with RateLimit
                 headers: useful calls/s ÷ R, 429 share, active wall ÷ the minimum
-peers           the same sweep by a naive task-per-driver fan-out and by a Ray Data actor
-                pool (same checks, same decisions): wall, 429s, calls per decision
+peers           the same sweep by competent peers: bounded asyncio fan-out, a tuned Ray
+                Data pool, botocore's adaptive (CUBIC) client; each the best of a small
+                grid, counted only when it reaches the truth: wall, 429s, calls/decision
+ceiling         an unlimited catalog: decisions/s and per CPU-second, driver-review
+                against one asyncio process (same checks, same client); full mode adds
+                a two-node loopback cluster (scale-out ratio)
 cache           one running service: 1% of the drivers change; driver fetches per changed
                 version and package downloads
 latency         pings at a steady rate into the live service: acceptance to decision, and
@@ -28,7 +32,8 @@ scenario saying met or missed with the value, the settings, the machine) and
 ``<out>/bench.png`` (needs matplotlib, the ``bench`` extra; skipped with a note without).
 
 Modules: ``runner`` (order, machine, output), ``common`` (sizes, call log, targets), one
-module per scenario (``utilization``, ``peers`` with ``peer_review``, ``live`` with
+module per scenario (``utilization``, ``peers`` with ``peer_runners``, ``peer_review``,
+``peer_scoring`` and ``cubic``, ``ceiling`` with ``cpu`` and ``two_node``, ``live`` with
 ``latency`` and ``ingress``/``plain_asgi``, ``ledger_scale`` with ``ledger_probe``,
 ``isolation``), ``chart``.
 """

@@ -69,7 +69,9 @@ def _utilization(ax: Any, sc: dict) -> None:
 
 def _timeline(ax: Any, sc: dict) -> None:
     series = {"driver-review": sc["utilization"]["runs"]["no_headers"]}
-    series.update(sc.get("peers", {}).get("peers", {}))
+    # A peer that errored has no series: it never reached the truth.
+    series.update({name: peer for name, peer in sc.get("peers", {}).get("peers", {}).items()
+                   if peer.get("useful_calls_per_second_series")})
     for name, run in series.items():
         ax.plot(run["useful_calls_per_second_series"], label=name, linewidth=1)
     ax.axhline(sc["utilization"]["settings"]["rate_limit_per_s"], color="grey", linestyle="--")
@@ -81,20 +83,16 @@ def _timeline(ax: Any, sc: dict) -> None:
 def _peers(ax: Any, sc: dict) -> None:
     p = sc["peers"]
     names = ["driver_review", *p["peers"]]
-    runs = [p["driver_review"], *p["peers"].values()]
-    # A peer stopped at its bound is drawn to where it was stopped, hatched: at least that.
-    walls = [r["total_s"] if r.get("did_not_finish") and "calls" in r else r["active_s"]
-             for r in runs]
-    _bars(ax, names, walls, "2. same sweep: active wall time", "s", fmt="{:.0f}s")
+    # Each peer at the best setting of its grid; an errored peer is drawn as no bar.
+    runs = [p["driver_review"], *(peer.get("best", {}) for peer in p["peers"].values())]
+    _bars(ax, names, [r.get("active_s") or 0 for r in runs],
+          "2. same sweep: active wall time (peers: best of grid)", "s", fmt="{:.0f}s")
     for i, r in enumerate(runs):
-        if "calls" not in r and i > 0:  # the peer could not run here at all
-            ax.annotate("not run", (i, 1), ha="center", fontsize=8)
+        if not r:
+            ax.annotate("error:\nno truth", (i, 1), ha="center", fontsize=8)
             continue
         text = f"429s {100 * (r['rate_limited_share'] or 0):.0f}%\n" \
                f"{r['calls_per_decision_ratio'] or 0:.1f} calls/dec"
-        if r.get("did_not_finish"):
-            ax.patches[i].set_hatch("//")
-            text += "\nstopped unfinished"
         ax.annotate(text, (i, 1), ha="center", fontsize=8,
                     bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
 

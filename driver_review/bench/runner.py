@@ -26,7 +26,9 @@ from driver_review.bench import chart
 from driver_review.bench.common import FULL, QUICK, UNITS, Context, load_average, rounded, say
 from driver_review.errors import ConfigError
 
-SCENARIOS = ("utilization", "peers", "cache", "latency", "ingress", "ledger", "isolation")
+SCENARIOS = (
+    "utilization", "peers", "ceiling", "cache", "latency", "ingress", "ledger", "isolation",
+)
 LIVE = ("cache", "latency", "ingress")  # share one running service
 NEEDS_RAY = frozenset(SCENARIOS) - {"ledger"}
 #: Logical CPUs of the local Ray the benchmark starts (as the test suite: the actors ask
@@ -89,7 +91,7 @@ def _machine() -> dict[str, Any]:
 
 
 def _scenario_runners(ctx: Context, selected: list[str]) -> list[tuple[str, Callable]]:
-    from driver_review.bench import isolation, ledger_scale, live, peers, utilization
+    from driver_review.bench import ceiling, isolation, ledger_scale, live, peers, utilization
 
     live_phases = {n for n in selected if n in LIVE}
     runners: list[tuple[str, Callable]] = []
@@ -98,6 +100,8 @@ def _scenario_runners(ctx: Context, selected: list[str]) -> list[tuple[str, Call
             runners.append((name, lambda: utilization.run(ctx)))
         elif name == "peers":
             runners.append((name, lambda: peers.run(ctx)))
+        elif name == "ceiling":
+            runners.append((name, lambda: ceiling.run(ctx)))
         elif name in LIVE:
             if name == min(live_phases, key=SCENARIOS.index):
                 runners.append(("live", lambda: live.run(ctx, live_phases)))
@@ -113,6 +117,9 @@ def _summary(scenarios: dict[str, Any]) -> dict[str, Any]:
     for name, result in scenarios.items():
         if "error" in result:
             errors.append(f"{name}: {result['error']}")
+        # Parts of a scenario that failed while the rest reported (e.g. a peer that never
+        # reached the truth): errors too, never met or missed targets.
+        errors.extend(f"{name}: {e}" for e in result.get("errors", []))
         for key, t in result.get("targets", {}).items():
             (met if t["met"] else missed).append(f"{name}.{key} = {t['value']} ({t['target']})")
     return {"targets_met": len(met), "targets_missed": len(missed), "missed": missed,
