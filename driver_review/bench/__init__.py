@@ -10,6 +10,9 @@ Scenarios (``--only`` takes these names):
 ==============  ==========================================================================
 utilization     one sweep at an undisclosed rate limit R, and once more with RateLimit
                 headers: useful calls/s ÷ R, 429 share, active wall ÷ the minimum
+endpoints       one sweep, two endpoints with their own undisclosed limits (the catalog
+                and a far scarcer check service): per endpoint useful calls/s ÷ its
+                limit while it was the constraint, and its 429 share
 peers           the same sweep by competent peers: bounded asyncio fan-out, a tuned Ray
                 Data pool, botocore's adaptive (CUBIC) client; each the best of a small
                 grid, counted only when it reaches the truth: wall, 429s, calls/decision
@@ -32,10 +35,10 @@ scenario saying met or missed with the value, the settings, the machine) and
 ``<out>/bench.png`` (needs matplotlib, the ``bench`` extra; skipped with a note without).
 
 Modules: ``runner`` (order, machine, output), ``common`` (sizes, call log, targets), one
-module per scenario (``utilization``, ``peers`` with ``peer_runners``, ``peer_review``,
-``peer_scoring`` and ``cubic``, ``ceiling`` with ``cpu`` and ``two_node``, ``live`` with
-``latency`` and ``ingress``/``plain_asgi``, ``ledger_scale`` with ``ledger_probe``,
-``isolation``), ``chart``.
+module per scenario (``utilization``, ``endpoints``, ``peers`` with ``peer_runners``,
+``peer_review``, ``peer_scoring`` and ``cubic``, ``ceiling`` with ``cpu`` and
+``two_node``, ``live`` with ``latency`` and ``ingress``/``plain_asgi``, ``ledger_scale``
+with ``ledger_probe``, ``isolation``), ``chart``.
 """
 
 from driver_review.bench.runner import SCENARIOS, parse_only, run_bench

@@ -27,7 +27,8 @@ from driver_review.bench.common import FULL, QUICK, UNITS, Context, load_average
 from driver_review.errors import ConfigError
 
 SCENARIOS = (
-    "utilization", "peers", "ceiling", "cache", "latency", "ingress", "ledger", "isolation",
+    "utilization", "endpoints", "peers", "ceiling", "cache", "latency", "ingress", "ledger",
+    "isolation",
 )
 LIVE = ("cache", "latency", "ingress")  # share one running service
 NEEDS_RAY = frozenset(SCENARIOS) - {"ledger"}
@@ -91,13 +92,23 @@ def _machine() -> dict[str, Any]:
 
 
 def _scenario_runners(ctx: Context, selected: list[str]) -> list[tuple[str, Callable]]:
-    from driver_review.bench import ceiling, isolation, ledger_scale, live, peers, utilization
+    from driver_review.bench import (
+        ceiling,
+        endpoints,
+        isolation,
+        ledger_scale,
+        live,
+        peers,
+        utilization,
+    )
 
     live_phases = {n for n in selected if n in LIVE}
     runners: list[tuple[str, Callable]] = []
     for name in selected:
         if name == "utilization":
             runners.append((name, lambda: utilization.run(ctx)))
+        elif name == "endpoints":
+            runners.append((name, lambda: endpoints.run(ctx)))
         elif name == "peers":
             runners.append((name, lambda: peers.run(ctx)))
         elif name == "ceiling":
