@@ -20,6 +20,7 @@ from driver_review.bench.common import (
     CallLog,
     Context,
     call_counts,
+    free_port,
     pipeline_config,
     ratio,
     say,
@@ -30,13 +31,14 @@ from driver_review.sweep import Progress, SweepOptions, run_sweep
 
 CALLS_PER_DRIVER_GUESS = 8  # listing share + fetch + checks + one PUT per stage
 MIN_TIMEOUT_S = 300.0  # start-up alone took 100 s on a machine loaded 40 deep
+FIRST_S = 5  # "the first seconds" of a sweep, from its first review call
 
 
-def sim_settings(ctx: Context, *, headers: bool = False) -> SimSettings:
+def sim_settings(ctx: Context, *, headers: bool = False, port: int = 0) -> SimSettings:
     """The catalog every sweep-shaped scenario runs against: same seed, same limit."""
     return SimSettings(drivers=ctx.sizes.sweep_drivers, seed=SEED,
                        rate_limit=ctx.sizes.rate_limit, ratelimit_headers=headers,
-                       latency_ms=SWEEP_LATENCY_MS)
+                       latency_ms=SWEEP_LATENCY_MS, port=port)
 
 
 def sweep_timeout_s(ctx: Context) -> float:
@@ -45,16 +47,20 @@ def sweep_timeout_s(ctx: Context) -> float:
     return max(MIN_TIMEOUT_S, 4 * s.sweep_drivers * CALLS_PER_DRIVER_GUESS / s.rate_limit)
 
 
-def measure_sweep(ctx: Context, *, headers: bool, label: str) -> dict[str, Any]:
-    """One driver-review sweep against a fresh simulator; its figures."""
+def measure_sweep(
+    ctx: Context, *, headers: bool, label: str, port: int = 0, data_dir: str | None = None
+) -> dict[str, Any]:
+    """One driver-review sweep against a fresh simulator; its figures. A sweep with the
+    ``data_dir`` and ``port`` of an earlier one starts from what that one learnt."""
     limit = ctx.sizes.rate_limit
-    with SimServer(sim_settings(ctx, headers=headers)) as sim:
+    with SimServer(sim_settings(ctx, headers=headers, port=port)) as sim:
         log = CallLog.install(sim)
         config = pipeline_config(sim.url)
         started = time.monotonic()
         summary = run_sweep(
             config,
-            SweepOptions(data_dir=ctx.scratch(f"sweep-{label}"), timeout_s=sweep_timeout_s(ctx)),
+            SweepOptions(data_dir=data_dir or ctx.scratch(f"sweep-{label}"),
+                         timeout_s=sweep_timeout_s(ctx)),
             Progress(out=io.StringIO()),
         )
         total_s = time.monotonic() - started
@@ -86,6 +92,9 @@ def measure_sweep(ctx: Context, *, headers: bool, label: str) -> dict[str, Any]:
         "calls_per_decision_ratio": ratio(counts["calls"], decisions),
         "max_fetches_per_version": stats["max_fetches_per_version"],
         "governor_rate_per_s": _governor_rate(summary),
+        "warm_start": _warm_start(summary),
+        # The first seconds, where a cold start pays for finding the limit.
+        "first_5s_utilization_ratio": ratio(sum(log.per_second()[:FIRST_S]) / FIRST_S, limit),
         "peak_workers": summary["peak_workers"],
         "useful_calls_per_second_series": log.per_second(),
     }
@@ -95,17 +104,36 @@ def measure_sweep(ctx: Context, *, headers: bool, label: str) -> dict[str, Any]:
     return out
 
 
+def _warm_start(summary: dict[str, Any]) -> dict[str, float] | None:
+    starts = [g.get("warm_start") for g in summary.get("governor", {}).values()]
+    return next((w for w in starts if w), None)
+
+
 def _governor_rate(summary: dict[str, Any]) -> float | None:
     rates = [g.get("rate") for g in summary.get("governor", {}).values()]
     return rates[0] if rates else None
 
 
 def run(ctx: Context) -> dict[str, Any]:
+    # Cold, then warm: the same vendor (port) and data dir, so the second sweep starts from
+    # the limit the first learnt. Cold start is measured and reported apart.
+    port, learnt_dir = free_port(), ctx.scratch("sweep-learnt")
     runs = {
-        "no_headers": measure_sweep(ctx, headers=False, label="no-headers"),
+        "no_headers": measure_sweep(ctx, headers=False, label="no-headers", port=port,
+                                    data_dir=learnt_dir),
+        "warm": measure_sweep(ctx, headers=False, label="warm", port=port,
+                              data_dir=learnt_dir),
         "ratelimit_headers": measure_sweep(ctx, headers=True, label="ratelimit-headers"),
     }
     targets: dict[str, Any] = {}
+    warm, cold = runs["warm"], runs["no_headers"]
+    targets["warm.first_5s_utilization_ratio"] = target(
+        warm["first_5s_utilization_ratio"], ">=", 0.95, "from the first seconds of a warm sweep")
+    targets["warm.started_warm"] = target(1.0 if warm["warm_start"] else 0.0, ">=", 1.0,
+                                          "the second sweep used what the first learnt")
+    targets["warm.extra_429s"] = target(
+        warm["rate_limited_calls"] - cold["rate_limited_calls"], "<=", 0,
+        "no more 429s than the cold sweep")
     for name, r in runs.items():
         targets[f"{name}.utilization_ratio"] = target(r["utilization_ratio"], ">=", 0.95)
         targets[f"{name}.rate_limited_share"] = target(r["rate_limited_share"], "<=", 0.01)
