@@ -22,6 +22,7 @@ from driver_review.runtime.names import NAMESPACE
 from driver_review.sim import SimSettings
 from driver_review.snapshot import SnapshotStore
 from driver_review.sweep import SweepOptions, run_sweep
+from driver_review.warmstart import LearntStore
 from tests.faults.helpers import converged, diverged, fast_config, start_live, wait_until
 from tests.faults.s3 import S3Server, moto_server
 
@@ -101,6 +102,21 @@ def test_results_round_trip_on_s3(s3_dir) -> None:
     fs, _ = resolve(uri)
     names = [i.base_name for i in fs.get_file_info(pafs.FileSelector(f"{path}/reviews"))]
     assert len(names) == 3 and all(n.startswith("part-main-worker-intake-1-") for n in names)
+
+
+@pytest.mark.timeout(60)
+def test_learnt_limits_round_trip_on_s3(s3_dir) -> None:
+    uri, path = s3_dir
+    store = LearntStore(uri)
+    assert store.load() == {}
+    entry = {"safe_rate": 58.0, "limit_estimate": 60.0, "header_rate": None, "learnt_at": 9.0}
+    store.save({"https://api.vendor.example:443": entry})
+    LearntStore(uri).save({"checks": {**entry, "safe_rate": 9.0}})
+    assert LearntStore(uri).load() == {"https://api.vendor.example:443": entry,
+                                       "checks": {**entry, "safe_rate": 9.0}}
+    fs, _ = resolve(uri)
+    names = [i.base_name for i in fs.get_file_info(pafs.FileSelector(f"{path}/governor"))]
+    assert names == ["endpoints.json"]
 
 
 @pytest.mark.timeout(60)
