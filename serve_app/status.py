@@ -97,7 +97,7 @@ def _governor(stats: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, An
     if stats is None:
         return None
     keep = ("state", "rate", "limit_estimate", "safe_rate", "header_rate", "paused_for_s",
-            "pause_reason", "quota", "quota_window_s", "warm_start", "ok", "429s")
+            "pause_reason", "quota", "quota_window_s", "warm_start", "busy_s", "ok", "429s")
     # Keys are endpoint URLs (or rate_key names): never show the credentials of one.
     return {_shown_key(key): {k: gov.get(k) for k in keep} for key, gov in stats.items()}
 
