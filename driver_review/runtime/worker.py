@@ -2,9 +2,9 @@
 
 GenStage-style demand: the worker never receives what it did not ask for. It asks the
 orchestrator for as many items as it has free in-flight slots (``max_in_flight``), fetches
-the drivers through the shared cache in one call per batch, runs the stage's checks on
-each driver concurrently, PUTs each decision with its idempotency key (driver, version,
-stage), appends a result row, and reports the batch back under its lease.
+the drivers through the shared cache in one call per batch, has them reviewed
+(:func:`driver_review.review.review_batch`: the checks, and each decision PUT with its
+idempotency key), appends the result rows, and reports the batch back under its lease.
 """
 
 from __future__ import annotations
@@ -20,16 +20,13 @@ from typing import Any
 import httpx
 import ray
 
-from driver_review.backlog import Lane
-from driver_review.catalog.models import DecisionRequest, DriverRecord
-from driver_review.checks import build_stage_checks, context_factory, run_stage
+from driver_review.catalog.models import DriverRecord
+from driver_review.checks import build_stage_checks, context_factory
 from driver_review.checks.http_check import HttpCheck
 from driver_review.config import PipelineConfig
-from driver_review.errors import CatalogError, Conflict, NotFound
-from driver_review.ledger import Change, Verdict
-from driver_review.orchestrator import ItemResult, Lease
-from driver_review.quarantine import BadRow, to_change
-from driver_review.results import ResultRow, ResultWriter
+from driver_review.orchestrator import Lease
+from driver_review.results import ResultWriter
+from driver_review.review import Fetched, Reviewer, review_batch
 from driver_review.runtime import metrics
 from driver_review.runtime.clients import make_catalog
 from driver_review.runtime.governor_actor import RemoteLimiter
@@ -45,8 +42,6 @@ ENDPOINT_HORIZON_S = 2.0
 ENDPOINT_RECHECK_S = 0.2
 #: While a check endpoint is paused, look again at least this often (draining, a new lease).
 PAUSE_RECHECK_S = 5.0
-_VERDICTS = {"approved": Verdict.APPROVED, "rejected": Verdict.REJECTED, "error": Verdict.ERROR}
-_LANES = {0: "fresh", 1: "stale"}
 
 
 class StageWorker:
@@ -92,8 +87,11 @@ class StageWorker:
     async def start(self) -> str:
         if self._loop_task is None:
             self._catalog, self._limiter = make_catalog(self.config, self.instance)
-            self._ctx = context_factory(
-                self._catalog, http=self._check_client(), limiters=self._limiters_by_check()
+            self._reviewer = Reviewer(
+                stage_names=self.config.stage_names, checks=self.checks,
+                contexts=context_factory(self._catalog, http=self._check_client(),
+                                         limiters=self._limiters_by_check()),
+                catalog=self._catalog, refresh=self._refresh, worker=self.name,
             )
             self._loop_task = asyncio.get_running_loop().create_task(self._demand_loop())
         return self.name
@@ -214,16 +212,19 @@ class StageWorker:
         try:
             batch = await lease.batch[0]
             items = batch.to_pylist()
-            fetched = await self.cache.call(
+            got = await self.cache.call(
                 "get_many",
                 [(it["driver_id"], it["version"], it["revalidate"]) for it in items],
             )
-            results = await asyncio.gather(
-                *(self._review(it, got) for it, got in zip(items, fetched, strict=True))
-            )
-            outcomes = [r[0] for r in results]
-            self.writer.add([r[1] for r in results if r[1] is not None])
-            await self.orchestrator.call("report", lease.lease_id, outcomes)
+            fetched = await asyncio.gather(*(_fetched(ref, error) for ref, error in got))
+            reviewed = await review_batch(self._reviewer, items, fetched)
+            for r in reviewed:
+                self.counts[r.outcome] += 1
+                if r.decided:
+                    metrics.decisions().inc(1, {"instance": self.instance,
+                                                "stage": self.stage, "verdict": r.decided})
+            self.writer.add([r.row for r in reviewed if r.row is not None])
+            await self.orchestrator.call("report", lease.lease_id, [r.result for r in reviewed])
         except Exception:
             # The lease expires and the orchestrator re-queues the batch: nothing is lost.
             log.exception("%s: lease %s failed", self.name, lease.lease_id)
@@ -233,99 +234,16 @@ class StageWorker:
             self.in_flight -= lease.count
             self._room.set()
 
+    async def _refresh(self, driver_id: str) -> DriverRecord | None:
+        fresh = await self.cache.call("refresh", driver_id)
+        return await fresh[0] if fresh else None
+
     async def _keep_alive(self, lease: Lease) -> None:
         while True:
             await asyncio.sleep(lease.lease_s / 3)
             await self.orchestrator.call("extend", [lease.lease_id])
 
-    # -- one driver ---------------------------------------------------------------------
-    async def _review(self, item: dict, got: tuple) -> tuple[ItemResult, ResultRow | None]:
-        started = time.time()
-        driver_id, version, stage = item["driver_id"], item["version"], item["stage"]
-        ref, error = got
-        if ref is None:
-            self.counts["fetch_error"] += 1
-            if error == "NotFound":  # the driver left the catalog: nothing to review
-                return ItemResult(driver_id, version, stage, Verdict.NONE), None
-            return self._error(item, started, {"fetch": error})
-        record: DriverRecord = await ref[0]
-        seen = self._change(record)
-        if isinstance(seen, BadRow):
-            # A record we cannot take (unknown stage, bad version or time): decide nothing;
-            # the orchestrator sets it aside until the catalog's row changes.
-            self.counts["quarantined"] += 1
-            return self._moved(item, seen), None
-        if record.version != version:
-            # The catalog moved on since this item was queued: review the newest instead.
-            self.counts["moved_on"] += 1
-            return self._moved(item, seen), None
-        if record.status != "in_review" and item["lane"] == Lane.STALE:
-            self.counts["confirmed"] += 1
-            row = self._row(item, "confirmed", {}, [], started)
-            return ItemResult(driver_id, version, stage, Verdict.CONFIRMED), row
-        if item["revalidate"] and (record.status != "in_review" or record.stage != stage):
-            # Fresh from the catalog: this stage was decided already (after the snapshot
-            # this work was restored from). Learn where the driver is; decide nothing.
-            self.counts["already_decided"] += 1
-            return self._moved(item, seen), None
-        result = await run_stage(record, self.checks, self._ctx)
-        checks = [
-            {"name": c.name, "outcome": c.status, "reason": c.reason, "duration_s": c.duration_s}
-            for c in result.checks
-        ]
-        after: Change | None = None
-        bad: BadRow | None = None
-        verdict = result.verdict
-        if verdict != "error":
-            try:
-                answer = await self._catalog.put_decision(
-                    driver_id, version, stage,
-                    DecisionRequest(verdict=verdict, reasons=result.reasons),
-                )
-                if answer.updated_at is not None:
-                    answered = to_change(self.config.stage_names, answer, now=time.time(),
-                                         source="report")
-                    # A bad answer is reported as such: the decision stands, the driver
-                    # is set aside until the catalog's row changes.
-                    after, bad = (None, answered) if isinstance(answered, BadRow) else (
-                        answered, None)
-            except Conflict:
-                # Someone moved the driver (new version, or decided elsewhere): learn where.
-                self.counts["conflict"] += 1
-                fresh = await self.cache.call("refresh", driver_id)
-                change = self._change(await fresh[0]) if fresh else None
-                return self._moved(item, change), None
-            except (CatalogError, NotFound) as exc:
-                return self._error(item, started, {"decision": str(exc)}, checks)
-        self.counts[verdict] += 1
-        metrics.decisions().inc(1, {"instance": self.instance, "stage": stage, "verdict": verdict})
-        row = self._row(item, verdict, result.reasons, checks, started)
-        return ItemResult(driver_id, version, stage, _VERDICTS[verdict], after, bad), row
 
-    def _change(self, record: DriverRecord) -> Change | BadRow:
-        return to_change(self.config.stage_names, record, now=time.time(), source="record")
-
-    @staticmethod
-    def _moved(item: dict, seen: Change | BadRow | None) -> ItemResult:
-        """Nothing decided; ``seen`` is where the catalog says the driver is now."""
-        after, bad = (None, seen) if isinstance(seen, BadRow) else (seen, None)
-        return ItemResult(item["driver_id"], item["version"], item["stage"], Verdict.NONE,
-                          after, bad)
-
-    def _error(
-        self, item: dict, started: float, reasons: dict[str, str], checks: list | None = None
-    ) -> tuple[ItemResult, ResultRow]:
-        self.counts["error"] += 1
-        row = self._row(item, "error", reasons, checks or [], started)
-        return ItemResult(item["driver_id"], item["version"], item["stage"], Verdict.ERROR), row
-
-    def _row(
-        self, item: dict, verdict: str, reasons: dict[str, str], checks: list, started: float
-    ) -> ResultRow:
-        now = time.time()
-        return ResultRow(
-            driver_id=item["driver_id"], version=item["version"], stage=item["stage"],
-            verdict=verdict, reasons=reasons, checks=checks, reviewed_at=now,
-            queued_at=item["enqueued_at"],
-            duration_s=now - started, lane=_LANES.get(item["lane"], "fresh"), worker=self.name,
-        )
+async def _fetched(ref: list | None, error: str | None) -> Fetched:
+    """The cache's answer for one item (a record in the object store, or why not)."""
+    return Fetched(await ref[0] if ref is not None else None, error)
