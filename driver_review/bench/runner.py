@@ -26,7 +26,8 @@ from driver_review.bench import chart
 from driver_review.bench.common import FULL, QUICK, UNITS, Context, load_average, rounded, say
 from driver_review.errors import ConfigError
 
-SCENARIOS = ("utilization", "peers", "cache", "latency", "ingress", "ledger", "isolation")
+SCENARIOS = ("utilization", "peers", "cache", "latency", "ingress", "ledger", "isolation",
+             "limiters")
 LIVE = ("cache", "latency", "ingress")  # share one running service
 NEEDS_RAY = frozenset(SCENARIOS) - {"ledger"}
 #: Logical CPUs of the local Ray the benchmark starts (as the test suite: the actors ask
@@ -105,6 +106,10 @@ def _scenario_runners(ctx: Context, selected: list[str]) -> list[tuple[str, Call
             runners.append((name, lambda: ledger_scale.run(ctx)))
         elif name == "isolation":
             runners.append((name, lambda: isolation.run(ctx)))
+        elif name == "limiters":
+            from driver_review.bench import limiter_shapes
+
+            runners.append((name, lambda: limiter_shapes.run(ctx)))
     return runners
 
 
