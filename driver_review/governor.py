@@ -39,7 +39,9 @@ Policy, in order of authority:
    - between 429s the rate *probes* up additively: ``PROBE_PER_S`` of ``hi`` per second, a
      pace that doubles every ``PROBE_DOUBLING_S`` without a 429. A good bracket keeps the
      rate just under the limit for long stretches (few 429s, each of which costs a whole
-     Retry-After pause); a ``WIDE`` one is bisected upwards after each hold.
+     Retry-After pause); a ``WIDE`` one is bisected upwards after each hold, and so is any
+     wider than ``NARROW`` when the last 429 had no Retry-After (nginx ``limit_req``,
+     HAProxy: a 429 then costs one request, not a pause, so the bracket closes sooner).
    - ``REPROBE * hi`` reached without a 429 means the limit rose: slow start again.
 
    Only one decrease per ``HOLDOFF_S`` (or per pause): 429s for requests sent before a
@@ -127,6 +129,7 @@ class RateGovernor:
         self._held_since_429 = True
         self._lo_guessed = False  # ``lo`` came from slow start and no rate has held since
         self._decreased_at = -math.inf
+        self._bisect_above = WIDE  # bisect upwards after a hold while hi - lo > this * hi
         self._epoch = 0
         self._next_slot = -math.inf
         self._paused_until = -math.inf
@@ -236,6 +239,9 @@ class RateGovernor:
         pace = self._meter.pace(now, self._rate)
         if retry_after_s is not None and retry_after_s > 0:
             self._pause(now + retry_after_s, "429 Retry-After")
+        # A 429 that pauses costs a whole Retry-After: bisect up only from far below. One
+        # without (nginx, HAProxy) costs one request: close the bracket sooner.
+        self._bisect_above = WIDE if retry_after_s else NARROW
         if now < self._last_decrease_until:
             return self._epoch
         if header_mode or self._mode == "header":
@@ -461,7 +467,7 @@ class RateGovernor:
             if (
                 self._lo is not None
                 and self._hi is not None
-                and self._hi - self._lo > WIDE * self._hi
+                and self._hi - self._lo > self._bisect_above * self._hi
             ):
                 # Far below the last 429 and safe here: bisect upwards.
                 self._rate = self._hold_rate = self._clamp((self._lo + self._hi) / 2)

@@ -27,8 +27,8 @@ from driver_review.bench.common import FULL, QUICK, UNITS, Context, load_average
 from driver_review.errors import ConfigError
 
 SCENARIOS = (
-    "utilization", "endpoints", "peers", "ceiling", "cache", "latency", "ingress", "ledger",
-    "isolation",
+    "utilization", "endpoints", "limiters", "peers", "ceiling", "cache", "latency", "ingress",
+    "ledger", "isolation",
 )
 LIVE = ("cache", "latency", "ingress")  # share one running service
 NEEDS_RAY = frozenset(SCENARIOS) - {"ledger"}
@@ -120,6 +120,10 @@ def _scenario_runners(ctx: Context, selected: list[str]) -> list[tuple[str, Call
             runners.append((name, lambda: ledger_scale.run(ctx)))
         elif name == "isolation":
             runners.append((name, lambda: isolation.run(ctx)))
+        elif name == "limiters":
+            from driver_review.bench import limiter_shapes
+
+            runners.append((name, lambda: limiter_shapes.run(ctx)))
     return runners
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from driver_review.errors import ConfigError
+from driver_review.sim.limiters import SHAPES
 from driver_review.sim.settings import SettingError, SimSettings
 
 #: flag dest -> settings field (the same name unless listed).
@@ -26,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--seed", type=int, default=d["seed"].default, help="seed of data, fates and faults")
     add("--rate-limit", type=float, help="requests/s over all /v1 routes (default: none)")
     add("--rate-burst", type=int, help="token-bucket capacity (default: ceil(rate/5))")
+    add("--limiter", choices=list(SHAPES), default="token",
+        help="shape of the rate limit: token bucket, nginx leaky bucket (no burst, burst "
+             "nodelay, burst with delay), fixed or sliding window, HAProxy stick table "
+             "(default %(default)s)")
     add("--retry-after-format", choices=["seconds", "http-date"], default="seconds")
     add("--ratelimit-headers", action="store_true", help="send IETF RateLimit headers")
     add("--latency-ms", type=float, default=0.0, help="added latency per /v1 request")

@@ -18,6 +18,7 @@ from starlette.routing import Match
 
 from driver_review.sim.auth import AuthGate, refuse
 from driver_review.sim.faults import ASGIApp, FaultInjector, Message, Receive, Scope, Send
+from driver_review.sim.limiters import Shape, make_shape
 from driver_review.sim.ratelimit import (
     QuotaWindow,
     TokenBucket,
@@ -38,6 +39,10 @@ class Limits:
     quota: QuotaWindow | None = None
     headers: bool = False
     label: str = ""  # prefix of this port's routes in stats ("checks " on the checks port)
+    # Another shape instead of the bucket (``--limiter``); it may hold a request (nginx's
+    # delay) and, like the real nginx and HAProxy, ``leaky*``/``haproxy`` send no Retry-After.
+    shape: Shape | None = None
+    retry_after: bool = True
 
 
 class Edge:
@@ -49,16 +54,14 @@ class Edge:
         self.settings = settings
         self.stats = stats
         self.gate = gate
-        self.limits = limits or Limits(
-            TokenBucket(settings.rate_limit, settings.burst) if settings.rate_limit else None,
-            headers=settings.ratelimit_headers,
-        )
+        self.limits = limits or _catalog_limits(settings)
         self.bucket = self.limits.bucket
         self.faults = FaultInjector(
             settings.fault_rate, seed=settings.seed, timeout_s=settings.fault_timeout_s
         )
         self._latency_rng = random.Random(f"{settings.seed}/latency")
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._held_s = 0.0
 
     def release_hung(self) -> None:
         """Thread-safe: end hanging "timeout" faults so that the server can stop promptly."""
@@ -80,6 +83,8 @@ class Edge:
             return
         admitted, wait_s, extra = self._admit()
         await self._delay()
+        if admitted and self._held_s > 0:
+            await asyncio.sleep(self._held_s)
         if not admitted:
             await self._too_many(send, wait_s, extra)
             self.stats.count_request(route, "429")
@@ -110,6 +115,10 @@ class Edge:
         no quota."""
         limits, parts = self.limits, []
         admitted, wait_s = True, 0.0
+        self._held_s = 0.0  # read right after, before any await
+        if limits.shape is not None:
+            v = limits.shape.admit(time.monotonic())
+            admitted, wait_s, self._held_s = v.admitted, v.wait_s, v.delay_s
         if limits.bucket is not None:
             a = limits.bucket.try_acquire()
             admitted, wait_s = a.admitted, a.wait_s
@@ -143,6 +152,7 @@ class Edge:
     async def _too_many(self, send: Send, wait_s: float, extra: list[tuple[bytes, bytes]]) -> None:
         value = retry_after(wait_s, self.settings.retry_after_format, now=time.time())
         body = json.dumps({"detail": "rate limit exceeded"}).encode()
+        told = [(b"retry-after", value.encode())] if self.limits.retry_after else []
         await send(
             {
                 "type": "http.response.start",
@@ -150,9 +160,20 @@ class Edge:
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),
-                    (b"retry-after", value.encode()),
+                    *told,
                     *extra,
                 ],
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+def _catalog_limits(settings: SimSettings) -> Limits:
+    rate = settings.rate_limit
+    if rate is None:
+        return Limits(None)
+    if settings.limiter == "token":
+        return Limits(TokenBucket(rate, settings.burst), headers=settings.ratelimit_headers)
+    shape = make_shape(settings.limiter, rate, burst=settings.rate_burst)
+    return Limits(None, shape=shape,
+                  retry_after=not settings.limiter.startswith(("leaky", "haproxy")))

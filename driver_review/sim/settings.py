@@ -39,6 +39,9 @@ class SimSettings(BaseModel):
     seed: int = 0
     rate_limit: Annotated[float, Field(gt=0)] | None = None  # requests/s over all /v1 routes
     rate_burst: Annotated[int, Field(ge=1)] | None = None  # default max(1, ceil(rate/5))
+    # The shape of that limit (see driver_review.sim.limiters); only "token" has headers.
+    limiter: Literal["token", "leaky", "leaky-burst", "leaky-delay", "fixed", "sliding",
+                     "sliding-log", "haproxy"] = "token"
     retry_after_format: Literal["seconds", "http-date"] = "seconds"
     ratelimit_headers: bool = False  # IETF RateLimit / RateLimit-Policy on /v1 responses
     latency_ms: NonNegative = 0.0
@@ -101,6 +104,12 @@ class SimSettings(BaseModel):
                                        "checks_auth") if getattr(self, name) is not None]
             if given:
                 raise ValueError(f"{given[0]}: needs checks_port")
+        return self
+
+    @model_validator(mode="after")
+    def _limiter(self) -> Self:
+        if self.limiter != "token" and self.ratelimit_headers:
+            raise ValueError(f"ratelimit_headers: only with limiter token, not {self.limiter}")
         return self
 
     @property

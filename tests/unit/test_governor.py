@@ -14,6 +14,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from email.utils import formatdate
+from typing import Any, Protocol
 
 import pytest
 
@@ -49,6 +50,11 @@ class TokenBucketServer:
         return status, out
 
 
+class Server(Protocol):
+    def handle(self, t: float) -> tuple[Any, ...]:
+        """``(status, headers)`` or ``(status, headers, delay_s)`` for a request at ``t``."""
+
+
 @dataclass
 class Run:
     gov: RateGovernor
@@ -64,7 +70,7 @@ class Run:
 
 
 def simulate(
-    server: TokenBucketServer,
+    server: Server,
     *,
     duration_s: float,
     start_s: float = 0.0,
@@ -104,7 +110,9 @@ def simulate(
             if rest[0] != state["generation"]:  # voided while waiting: take a fresh one
                 acquire(w, t)
                 continue
-            push(t + latency_s, "answer", w, *server.handle(t))
+            # A server may hold an admitted request before serving it (nginx's delay).
+            status, headers, *delay_s = server.handle(t)
+            push(t + latency_s + sum(delay_s), "answer", w, status, headers)
         else:
             status, headers = rest
             epoch = gov.observe(status, headers, t)

@@ -1,0 +1,74 @@
+"""Sweeps through real rate limiters nobody here wrote: nginx ``limit_req`` (burst with
+``nodelay``) and an HAProxy stick table, on loopback in front of an unlimited simulator.
+They refuse with 429, an HTML body and no ``Retry-After``; the governor finds the rate.
+
+Loose bounds here (a short sweep is mostly cold start, on a shared 2-core machine); the
+strict targets are the benchmark's ``limiters`` scenario and the fake-clock unit tests.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from driver_review.bench.limiters import HaproxyLimiter, NginxLimiter, missing_binary
+from driver_review.config import load_config
+from driver_review.sim import SimSettings
+from driver_review.sweep import SweepOptions, run_sweep
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
+
+DRIVERS = 200
+RATE = 80.0
+
+
+def _config(url: str):
+    return load_config().with_overrides(
+        catalog={"url": url, "timeout_s": 5.0},
+        window={"lease_s": 30.0, "batch_size": 32},
+        results={"rollover_s": 2.0},
+    )
+
+
+def _sweep_through(proxy, sim, tmp_path, *, min_utilization: float) -> None:
+    with proxy:
+        summary = run_sweep(_config(proxy.url),
+                            SweepOptions(data_dir=str(tmp_path / "data"), timeout_s=150))
+        log = proxy.log()
+    assert not summary["timed_out"]
+    truth = httpx.get(f"{sim.url}/_sim/truth", timeout=30).json()["drivers"]
+    state = httpx.get(f"{sim.url}/_sim/state", timeout=30).json()["drivers"]
+    wrong = [d for d, t in truth.items()
+             if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])]
+    assert len(truth) == DRIVERS and wrong == [], f"{len(wrong)} differ: {wrong[:5]}"
+
+    refused = sum(1 for _, s in log if s == 429)
+    useful = [t for t, s in log if s != 429]
+    # From the first review call (the listing comes first and alone) to the last.
+    active_s = useful[-1] - useful[1]
+    utilization = (len(useful) - 1) / active_s / RATE
+    share = refused / len(log)
+    print(f"{proxy.kind}: {len(log)} calls in {active_s:.1f}s, utilization "
+          f"{utilization:.3f}, 429s {refused} ({share:.2%})")
+    assert share <= 0.02
+    assert utilization >= min_utilization
+
+
+@pytest.mark.timeout(120)
+def test_sweep_through_nginx_limit_req_burst_nodelay(sim_factory, tmp_path) -> None:
+    if why := missing_binary("nginx"):
+        pytest.skip(why)
+    sim = sim_factory(SimSettings(drivers=DRIVERS, seed=11, latency_ms=5))
+    # Today 0.75-0.78 (a 20 s sweep is mostly cold start); the target is 0.95 over 60 s.
+    _sweep_through(NginxLimiter(sim.url, rate=RATE, burst=16, nodelay=True), sim, tmp_path,
+                   min_utilization=0.6)
+
+
+@pytest.mark.timeout(120)
+def test_sweep_through_haproxy_stick_table(sim_factory, tmp_path) -> None:
+    if why := missing_binary("haproxy"):
+        pytest.skip(why)
+    sim = sim_factory(SimSettings(drivers=DRIVERS, seed=12, latency_ms=5))
+    # Today 0.26-0.64: HAProxy counts the requests it denies, so an overshoot echoes for a
+    # second and the governor reads it as a lower limit (see NOTES-limiters.md).
+    _sweep_through(HaproxyLimiter(sim.url, rate=RATE), sim, tmp_path, min_utilization=0.2)
