@@ -97,6 +97,7 @@ def _scenario_runners(ctx: Context, selected: list[str]) -> list[tuple[str, Call
         endpoints,
         isolation,
         ledger_scale,
+        limiter_shapes,
         live,
         peers,
         utilization,
@@ -121,8 +122,6 @@ def _scenario_runners(ctx: Context, selected: list[str]) -> list[tuple[str, Call
         elif name == "isolation":
             runners.append((name, lambda: isolation.run(ctx)))
         elif name == "limiters":
-            from driver_review.bench import limiter_shapes
-
             runners.append((name, lambda: limiter_shapes.run(ctx)))
     return runners
 
