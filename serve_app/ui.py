@@ -1,8 +1,9 @@
 """The live page of the admin endpoint: ``GET /ui`` and the JSON it polls.
 
-- ``GET /ui`` and ``GET /ui/assets/{name}``: the page itself, static files shipped in
-  ``serve_app/ui/`` (no CDN, no build step). They hold no data, so they are served without
-  the bearer token: a browser cannot send a header on navigation. The page takes the
+- ``GET /ui/`` (``/ui`` redirects there) and ``GET /ui/assets/{name}``: the page itself,
+  static files shipped in ``serve_app/ui/`` (no CDN, no build step). They hold no data,
+  so they are served without the bearer token: a browser cannot send a header on
+  navigation. The page takes the
   token from the URL fragment (``/ui#token=…``: a fragment never reaches the server or
   its logs), keeps it in the tab's ``sessionStorage``, removes it from the address bar,
   and sends it as ``Authorization: Bearer`` on every data call.
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 
 from driver_review.explain import explain, known
 from driver_review.identifiers import id_problem
@@ -49,6 +50,11 @@ def ui_router(*, status: Callable[[], Awaitable[dict[str, Any]]], history: Statu
     router = APIRouter()
 
     @router.get("/ui", include_in_schema=False)
+    async def to_page() -> Response:
+        # Relative, so the page works behind a path prefix too; the browser keeps the
+        # fragment (the token) across the redirect.
+        return RedirectResponse("ui/", 308, headers=HEADERS)
+
     @router.get("/ui/", include_in_schema=False)
     async def page() -> Response:
         return FileResponse(UI_DIR / "index.html", media_type="text/html", headers=HEADERS)
