@@ -87,7 +87,8 @@ def format_explanation(doc: dict[str, Any], service_note: str | None = None) -> 
     entry = doc.get("ledger")
     if entry:
         lines.append(
-            f"  ledger: version {entry['version']} at {entry['stage']}, {entry['status']}, "
+            f"  ledger: version {entry['version']} at {entry['stage'] or 'no stage'}, "
+            f"{entry['status']}, "
             f"work {entry['work']}; last decided {entry['decided_stage']} "
             f"{entry['decided_version'] or '-'} {entry['verdict']} at "
             f"{_when(entry.get('reviewed_at'))}; errors {entry['errors']}")

@@ -41,7 +41,9 @@ class GovernorService:
         for _ in range(successes):
             gov.observe(200, {}, now)
         grant = gov.lease(n, now)
-        metrics.governor_rate().set(gov.rate, {"instance": self.instance, "key": key})
+        tags = {"instance": self.instance, "key": key}
+        metrics.governor_rate().set(gov.rate, tags)
+        metrics.governor_limit().set(gov.stats(now)["limit_estimate"] or 0.0, tags)
         return grant
 
     async def give_back(self, key: str, grant: Grant, unused: int) -> None:

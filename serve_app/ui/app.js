@@ -106,7 +106,9 @@
       kpi("decisions/s", h("span", { id: "kpi-dps" }, dps == null ? "–" : fmt(dps, 1)), `${fmt(sum(at(s, ["counters", "verdicts"])))} decided`),
       kpi("backlog", fmt(queued), h("span", {}, "high water ", num(["high_water"])), queued > 0.8 * (s.high_water || Infinity) ? "warn" : ""),
       kpi("leased", num(["leased"]), h("span", {}, num(["leases"]), " leases")),
-      kpi("oldest review", num(["oldest_review_age_s"], dur), "age of the least recently reviewed", age > 86400 ? "warn" : ""),
+      // A driver never reviewed counts as reviewed at the epoch: say so instead of "20,000 d".
+      kpi("oldest review", num(["oldest_review_age_s"], (v) => (v > 1e8 ? "not yet" : dur(v))),
+        age > 1e8 ? "some drivers never reviewed yet" : "age of the least recently reviewed", age > 86400 ? "warn" : ""),
       kpi("watermark lag", lag == null ? "none yet" : dur(lag), s.watermark > 0 ? new Date(s.watermark * 1000).toLocaleTimeString() : "no poll held yet"),
       kpi("quarantined", num(["quarantined", "total"]), h("span", {}, num(["quarantined", "parked"]), " parked · ", num(["quarantined", "held"]), " held"), q.total ? "warn" : ""),
       kpi("drivers", num(["ledger", "drivers"]), h("span", {}, num(["ledger", "in_review"]), " in review")),
@@ -144,7 +146,10 @@
 
   function stageNode(s, stage, i, p) {
     const b = (s.backlog || {})[stage] || {}, pool = (s.pools || {})[stage] || {};
-    const held = (pool.held_by || []).length > 0 || (pool.waiting_for_permit || 0) > 0;
+    // Held: a check endpoint caps the stage (the pool will not grow); at the limit: its
+    // workers wait for permits, as they should when the pipeline runs at the vendor's rate.
+    const held = (pool.held_by || []).length > 0;
+    const atLimit = !held && (pool.waiting_for_permit || 0) > 0;
     const dots = h("div", { class: "dots", title: "workers: min / current / max" });
     for (let k = 0; k < (pool.max_workers || 0); k++) dots.append(h("i", { class: (k < pool.workers ? "on" : "") + (k < pool.min_workers ? " min" : "") }));
     const dps = p ? p.decisions_per_s[stage] : null;
@@ -152,7 +157,8 @@
     spark.setAttribute("class", "spark");
     Charts.spark(spark, state.history.map((q) => ((q.backlog[stage] || [0, 0])[0] + (q.backlog[stage] || [0, 0])[1])), Charts.PALETTE[i % 8]);
     return h("div", { class: "node stage" + (held ? " held" : ""), "data-stage": stage },
-      h("h3", {}, stage, held ? h("span", { class: "tag" }, "held by rate limit") : null),
+      h("h3", {}, stage, held ? h("span", { class: "tag" }, "held by check endpoint")
+        : atLimit ? h("span", { class: "tag muted" }, "at rate limit") : null),
       row("backlog", num(["backlog", stage, "queued"])),
       bar([["fresh", b.fresh], ["stale", b.stale]], Math.max(b.queued || 0, 1)),
       h("div", { class: "lanes" }, h("b", { class: "f" }, "fresh ", num(["backlog", stage, "fresh"])), h("b", { class: "s" }, "stale ", num(["backlog", stage, "stale"]))),
@@ -187,7 +193,9 @@
   function renderEndpoints(s) {
     const gov = s.governor || {};
     const p = last();
-    const head = h("tr", {}, ...["endpoint", "state", "answers/s vs limit", "answers/s", "rate set", "learnt limit", "safe", "header", "429s", "503s", "paused", "quota"].map((t) => h("th", {}, t)));
+    const head = h("tr", {}, ...["endpoint", "state", "answers/s vs limit"].map((t) => h("th", {}, t)),
+      ...["answers/s", "rate set", "learnt limit", "safe", "header", "429s", "503s"].map((t) => h("th", { class: "n" }, t)),
+      ...["paused", "quota"].map((t) => h("th", {}, t)));
     const rows = Object.keys(gov).map((key) => {
       const g = gov[key], e = p && p.endpoints[key];
       const limit = g.limit_estimate || g.header_rate || g.rate || 1;
@@ -241,7 +249,11 @@
   }
 
   function renderCharts(s) {
-    const now = s.at, hist = state.history, opts = { windowS: state.windowS, now };
+    // The charts span what history there is, a minute at least, up to the whole window:
+    // a service started a minute ago is not a sliver at the right edge.
+    const now = s.at, hist = state.history;
+    const span = hist.length ? now - hist[0].t : 0;
+    const opts = { windowS: Math.min(state.windowS, Math.max(60, Math.ceil(span / 60) * 60)), now };
     const rate = [];
     Object.keys(s.governor || {}).forEach((key, i) => {
       const c = Charts.PALETTE[i % 8];
@@ -305,7 +317,7 @@
     }
     const L = doc.ledger;
     const ledger = L ? h("dl", { class: "kv" },
-      h("dt", {}, "version · stage"), h("dd", {}, L.version, " at ", L.stage, " "), 
+      h("dt", {}, "version · stage"), h("dd", {}, L.version, " at ", L.stage || "no stage (final)"),
       h("dt", {}, "status · work"), h("dd", {}, badge(L.status), " ", badge(L.work)),
       h("dt", {}, "last decision"), h("dd", {}, L.decided_stage, " ", L.decided_version || "–", " ", badge(L.verdict), " at ", when(L.reviewed_at)),
       h("dt", {}, "changed at"), h("dd", {}, when(L.changed_at)),

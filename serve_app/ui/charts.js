@@ -24,7 +24,7 @@
   function fmt(v) {
     if (v >= 1e6) return (v / 1e6).toFixed(1) + "M";
     if (v >= 1e3) return (v / 1e3).toFixed(v >= 1e4 ? 0 : 1) + "k";
-    return Number.isInteger(v) ? String(v) : v.toFixed(v < 10 ? 1 : 0);
+    return Number.isInteger(v) ? String(v) : String(Number(v.toFixed(v < 10 ? 2 : 1)));
   }
 
   // series: [{name, color, dash, points: [[t, v|null], ...]}]; t in epoch seconds.
@@ -46,13 +46,13 @@
       el("line", { class: "grid", x1: L, x2: W - R, y1: yy, y2: yy }, svg);
       el("text", { x: L - 4, y: yy + 3, "text-anchor": "end" }, svg).textContent = fmt(v);
     }
-    const minutes = o.windowS / 60;
-    const step = minutes > 6 ? 2 : 1;
-    for (let m = 0; m <= minutes; m += step) {
-      const xx = x(t1 - m * 60);
+    // Time ticks: every 10 s up to a minute, every 30 s to 3 min, else every 1 or 2 min.
+    const stepS = o.windowS <= 60 ? 10 : o.windowS <= 180 ? 30 : o.windowS <= 360 ? 60 : 120;
+    for (let a = 0; a <= o.windowS + 0.001; a += stepS) {
+      const xx = x(t1 - a);
       el("line", { class: "grid", x1: xx, x2: xx, y1: T, y2: H - B }, svg);
-      el("text", { x: xx, y: H - 5, "text-anchor": m === 0 ? "end" : "middle" }, svg).textContent =
-        m === 0 ? "now" : `-${m}m`;
+      el("text", { x: xx, y: H - 5, "text-anchor": a === 0 ? "end" : "middle" }, svg).textContent =
+        a === 0 ? "now" : a % 60 === 0 ? `-${a / 60}m` : a < 60 ? `-${a}s` : `-${Math.floor(a / 60)}m${a % 60}s`;
     }
     el("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }, svg);
     series.forEach((s, i) => {

@@ -196,6 +196,7 @@ def test_live_page_draws_the_pipeline_and_agrees_with_status(
     assert browser.wait_for(
         f"document.querySelectorAll('#driver [data-decision]').length >= {len(rows)}",
         PAGE_TIMEOUT_S), browser.eval("document.body.innerText")[:500]
+    assert browser.eval("getComputedStyle(document.getElementById('live')).display") == "none"
     decided = browser.eval("[...document.querySelectorAll('#driver [data-decision]')]"
                            ".map(e => e.dataset.decision)")
     assert set(decided) >= {r["stage"] for r in rows}
