@@ -43,11 +43,12 @@ def ledger_from_admin(admin_url: str, driver_id: str) -> tuple[dict[str, Any] | 
 
 
 def run_explain(driver_id: str, *, data_dir: str, admin_url: str | None, as_json: bool,
-                out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+                out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
     if (problem := id_problem(driver_id)) is not None:
         raise ConfigError(f"DRIVER_ID: {problem}")
     entry, note = (ledger_from_admin(admin_url, driver_id) if admin_url
-                   else (None, "not asked (--offline)"))
+                   else (None, "no service asked (--offline)"))
     try:
         doc = explain(data_dir, driver_id, entry)
     except OSError as exc:  # pyarrow raises OSError subclasses for unreadable datasets
@@ -57,7 +58,7 @@ def run_explain(driver_id: str, *, data_dir: str, admin_url: str | None, as_json
     doc["service"] = note
     if not known(doc):
         print(f"driver-review: error: driver {driver_id!r} has no decisions under "
-              f"{doc['data_dir']} and is in no ledger ({note})", file=err)
+              f"{doc['data_dir']}; ledger: {note}", file=err)
         return 1
     if as_json:
         print(json.dumps(doc, sort_keys=True), file=out)
