@@ -57,6 +57,7 @@
   }
   function dur(s) {
     if (s == null) return "–";
+    if (s < 0.001) return s > 0 ? "<1 ms" : "0 ms";
     if (s < 1) return `${Math.round(s * 1000)} ms`;
     if (s < 120) return `${s.toFixed(1)} s`;
     if (s < 7200) return `${(s / 60).toFixed(1)} min`;
@@ -337,7 +338,7 @@
       h("table", { class: "grid" }, h("tbody", {}, doc.quarantined.map((q) => h("tr", {}, h("td", { class: "key" }, q.seen_at), h("td", {}, q.source), h("td", {}, q.kind), h("td", {}, q.reason)))))) : null;
     fill(main,
       h("div", { class: "head" }, h("a", { href: "#/" }, "← pipeline"), h("h1", {}, doc.driver_id),
-        h("span", { class: "muted" }, `${doc.decisions} decisions on ${doc.versions.length} versions`, doc.data_dir ? ` · ${doc.data_dir}/reviews/` : "")),
+        h("span", { class: "muted" }, `${doc.decisions} decision${doc.decisions === 1 ? "" : "s"} on ${doc.versions.length} version${doc.versions.length === 1 ? "" : "s"}`, doc.data_dir ? ` · ${doc.data_dir}/reviews/` : "")),
       h("div", { class: "card" }, h("h2", {}, "Ledger entry"), ledger), ...versions, bad);
   }
 

@@ -13,13 +13,16 @@
     return node;
   }
 
-  // A round upper bound for an axis: 1, 2, 2.5 or 5 times a power of ten.
-  function niceMax(v) {
-    if (!(v > 0)) return 1;
+  // A round upper bound for an axis (1, 2, 2.5 or 5 times a power of ten) and how many
+  // divisions make round ticks of it.
+  const DIVISIONS = { 1: 5, 2: 4, 2.5: 5, 5: 5, 10: 5 };
+  function niceAxis(v) {
+    if (!(v > 0)) return [1, 4];
     const p = Math.pow(10, Math.floor(Math.log10(v)));
-    for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
-    return 10 * p;
+    for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p * 1.0000001) return [m * p, DIVISIONS[m]];
+    return [10 * p, 5];
   }
+  const niceMax = (v) => niceAxis(v)[0];
 
   function fmt(v) {
     if (v >= 1e6) return (v / 1e6).toFixed(1) + "M";
@@ -38,11 +41,11 @@
     const t1 = o.now, t0 = t1 - o.windowS;
     let vmax = 0;
     for (const s of series) for (const [t, v] of s.points) if (t >= t0 && v != null && v > vmax) vmax = v;
-    const ymax = niceMax(vmax);
+    const [ymax, divisions] = niceAxis(vmax);
     const x = (t) => L + ((t - t0) / (t1 - t0)) * (W - L - R);
     const y = (v) => T + (1 - v / ymax) * (H - T - B);
-    for (let i = 0; i <= 4; i++) {
-      const v = (ymax * i) / 4, yy = y(v);
+    for (let i = 0; i <= divisions; i++) {
+      const v = (ymax * i) / divisions, yy = y(v);
       el("line", { class: "grid", x1: L, x2: W - R, y1: yy, y2: yy }, svg);
       el("text", { x: L - 4, y: yy + 3, "text-anchor": "end" }, svg).textContent = fmt(v);
     }
