@@ -168,7 +168,7 @@
       row("leased · in flight", num(["leased_by_stage", stage]), " · ", num(["pools", stage, "in_flight"])),
       row("waiting for permits", num(["pools", stage, "waiting_for_permit"])),
       row("decisions/s", h("span", { class: "num", "data-dps": stage }, dps == null ? "–" : fmt(dps, 1))),
-      row("approved · rejected · error", ...["approved", "rejected", "error"].flatMap((k, j) => [j ? " · " : null, num(["counters", "verdicts_by_stage", stage, k], (x) => fmt(x ?? 0))]).filter(Boolean)),
+      row("appr · rej · err", ...["approved", "rejected", "error"].flatMap((k, j) => [j ? " · " : null, num(["counters", "verdicts_by_stage", stage, k], (x) => fmt(x ?? 0))]).filter(Boolean)),
       spark,
       h("div", { class: "reason", title: pool.last_reason || "" }, (pool.held_by || []).length ? "held by " + pool.held_by.join(", ") : (pool.last_reason || "\u00a0")));
   }
