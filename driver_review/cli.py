@@ -88,6 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--data-dir", default="./data", help="local path or pyarrow.fs URI")
     report.add_argument("--json", action="store_true", help="print JSON")
 
+    explain = sub.add_parser("explain", help="every decision about one driver, and why")
+    explain.add_argument("driver_id", metavar="DRIVER_ID")
+    explain.add_argument("--data-dir", default="./data", help="local path or pyarrow.fs URI")
+    explain.add_argument("--admin-url", default="http://127.0.0.1:8001",
+                         help="admin endpoint of a running service, for the ledger entry "
+                              "(token from DRIVER_REVIEW_ADMIN_TOKEN)")
+    explain.add_argument("--offline", action="store_true",
+                         help="read the Parquet results only; ask no service")
+    explain.add_argument("--json", action="store_true", help="print JSON")
+
     demo = sub.add_parser("demo", help="see it work on this machine, in one command")
     demo.add_argument("--duration", type=_positive(float), default=60.0, help="seconds")
     demo.add_argument("--drivers", type=_positive(int), default=2000)
@@ -179,6 +189,12 @@ def _run(args: argparse.Namespace) -> int:
         else:
             print("\n".join(format_report(result)))
         return 0
+    if args.command == "explain":
+        from driver_review.explain_cli import run_explain
+
+        return run_explain(args.driver_id, data_dir=args.data_dir,
+                           admin_url=None if args.offline else args.admin_url,
+                           as_json=args.json)
     if args.command == "demo":
         from driver_review.demo import run_demo
 

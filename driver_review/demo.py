@@ -25,7 +25,13 @@ import httpx
 
 from driver_review.config import load_config
 from driver_review.report import build_report
-from driver_review.service import SECRET_ENV, admin_url, start_service, stop_service
+from driver_review.service import (
+    SECRET_ENV,
+    admin_url,
+    start_service,
+    stop_service,
+    ui_address,
+)
 from driver_review.sim import SimServer, SimSettings
 
 DEMO_RATE_LIMIT = 150.0  # requests/s the simulated vendor allows (the client is not told)
@@ -94,6 +100,8 @@ def run_demo(*, duration_s: float, drivers: int, data_dir: str, out: TextIO = sy
                                admin_port=_free_port())
         view.say(f"service {instance!r}: webhooks at http://127.0.0.1:{port}, status at "
                  f"{admin_url(instance)}/status; Ray dashboard: http://127.0.0.1:8265")
+        view.say(f"live pipeline page: {ui_address(instance)}  (open it in a browser; "
+                 f"`driver-review explain DRIVER_ID --data-dir {data_dir}` explains a driver)")
         started = time.monotonic()
         while time.monotonic() - started < duration_s:
             view.show(_frame(system, sim.url, time.monotonic() - started, "live"))

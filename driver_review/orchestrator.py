@@ -117,6 +117,8 @@ class _Counters:
     late_reports: int = 0
     invalid: int = 0
     verdicts: dict[str, int] = field(default_factory=dict)
+    # The same by stage (stage -> verdict -> n): the live page's decisions/s per stage.
+    verdicts_by_stage: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class OrchestratorCore:
@@ -330,6 +332,8 @@ class OrchestratorCore:
                 )
                 name = out.verdict.name.lower()
                 self.counters.verdicts[name] = self.counters.verdicts.get(name, 0) + 1
+                by_stage = self.counters.verdicts_by_stage.setdefault(out.stage, {})
+                by_stage[name] = by_stage.get(name, 0) + 1
             after: Change | BadRow | None = out.after
             if after is not None:
                 problem = _invalid(after, len(self.stages), now)
@@ -495,6 +499,7 @@ class OrchestratorCore:
             "backlog": {s: bl.stats() for s, bl in self.backlogs.items()},
             "leases": len(self._leases),
             "leased_items": int(sum(len(lease.rows) for lease in self._leases.values())),
+            "leased_by_stage": self._leased_by_stage(),
             "ledger": self.ledger.counts(),
             "ledger_bytes": self.ledger.nbytes,
             "oldest_review_age_s": self.ledger.oldest_review_age(now),
@@ -511,8 +516,16 @@ class OrchestratorCore:
                 "late_reports": self.counters.late_reports,
                 "invalid": self.counters.invalid,
                 "verdicts": dict(self.counters.verdicts),
+                "verdicts_by_stage": {s: dict(v)
+                                      for s, v in self.counters.verdicts_by_stage.items()},
             },
         }
+
+    def _leased_by_stage(self) -> dict[str, int]:
+        out = dict.fromkeys(self.stages, 0)
+        for lease in self._leases.values():
+            out[lease.stage] = out.get(lease.stage, 0) + len(lease.rows)
+        return out
 
 
 def _invalid(ch: Change, stages: int, now: float) -> tuple[str, str] | None:

@@ -53,7 +53,7 @@ def start_service(
     serve.start(http_options={"host": host, "port": port})
     serve.run(app, name=serve_app_name(instance), route_prefix="/", blocking=False)
     start_admin(config, instance=instance, host=admin_host, port=admin_port,
-                ingress_app=serve_app_name(instance), token=token)
+                ingress_app=serve_app_name(instance), token=token, results_dir=data_dir)
     return system
 
 
@@ -62,6 +62,17 @@ def admin_url(instance: str) -> str:
     from serve_app.admin_server import admin_url as url
 
     return url(instance)
+
+
+def ui_address(instance: str) -> str:
+    """Where the live page of ``instance`` is, and how it gets the admin token if one is
+    set: the token goes in the URL fragment, which the browser never sends anywhere."""
+    from serve_app.admin import ADMIN_TOKEN_ENV
+
+    url = f"{admin_url(instance)}/ui"
+    if os.environ.get(ADMIN_TOKEN_ENV, "").strip():
+        return f"{url}#token=<the value of {ADMIN_TOKEN_ENV}>"
+    return url
 
 
 def stop_service(system: Any) -> dict[str, Any]:
@@ -112,6 +123,7 @@ def run_service(
     print(f"driver-review serving instance {instance!r}: webhooks at "
           f"http://{host}:{port}/webhooks/drivers, admin (status, drivers) at "
           f"{admin_url(instance)}/status", file=out, flush=True)
+    print(f"live page: {ui_address(instance)}", file=out, flush=True)
     print("Ctrl-C stops: intake first, then drain, then the services.", file=out, flush=True)
     wait_for_stop_signal()
     print("stopping: intake, drain, services ...", file=out, flush=True)

@@ -1,5 +1,6 @@
 """The private admin surface of one instance: ``GET /status``, ``GET /drivers/{id}`` and
-``GET /healthz`` (later, the live UI), apart from the public webhook port.
+``GET /healthz`` and the live page (``GET /ui``, :mod:`serve_app.ui`), apart from the
+public webhook port.
 
 It binds to 127.0.0.1 by default. Bound to anything else, it refuses to start without a
 bearer token in ``DRIVER_REVIEW_ADMIN_TOKEN`` and answers 401 to a request without it;
@@ -13,6 +14,7 @@ so neither many callers nor a large catalog make it cost more.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import os
@@ -27,7 +29,9 @@ from driver_review.errors import ConfigError
 from driver_review.identifiers import id_problem
 from driver_review.runtime.system import System
 from driver_review.statcache import AsyncCachedValue
+from serve_app.history import SAMPLE_EVERY_S, StatusHistory
 from serve_app.status import collect_status, json_safe
+from serve_app.ui import PUBLIC_PATHS, ui_router
 from serve_app.webhook import RedactedSecret
 
 ADMIN_TOKEN_ENV = "DRIVER_REVIEW_ADMIN_TOKEN"
@@ -47,6 +51,10 @@ class AdminArgs:
     ingress_app: str | None = None
     status_timeout_s: float = 2.0
     status_max_age_s: float = 1.0
+    #: Where the instance writes its results (the UI's driver page reads them); None: none.
+    results_dir: str | None = None
+    history_window_s: float = 600.0
+    sample_every_s: float = SAMPLE_EVERY_S
 
 
 def is_loopback(host: str) -> bool:
@@ -111,6 +119,8 @@ def build_admin_api(system: System, args: AdminArgs, token: RedactedSecret | Non
     ask_ingress = ingress_stats or serve_ingress_stats(args.ingress_app, args.status_timeout_s)
 
     async def authorize(request: Request) -> None:
+        if request.url.path in PUBLIC_PATHS:  # the page's static files: no data in them
+            return
         if secret is not None and not bearer_ok(request.headers.get("authorization"), secret):
             raise _Unauthorized
 
@@ -129,6 +139,23 @@ def build_admin_api(system: System, args: AdminArgs, token: RedactedSecret | Non
         return doc
 
     status_doc = AsyncCachedValue(build_status, max_age_s=args.status_max_age_s)
+    history = StatusHistory(window_s=args.history_window_s)
+
+    async def current_status() -> dict[str, Any]:
+        doc = await status_doc.get()
+        history.add(doc)  # a cached document is added once
+        return doc
+
+    async def sample_forever() -> None:
+        """Keep the history filling while nobody watches (run by the admin server)."""
+        while True:
+            with contextlib.suppress(Exception):  # a failed status is a gap, not an end
+                await current_status()
+            await asyncio.sleep(args.sample_every_s)
+
+    async def ledger_entry(driver_id: str) -> dict[str, Any] | None:
+        return await asyncio.wait_for(system.orchestrator.call("driver", driver_id),
+                                      args.status_timeout_s)
 
     @api.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -136,20 +163,23 @@ def build_admin_api(system: System, args: AdminArgs, token: RedactedSecret | Non
 
     @api.get("/status")
     async def status() -> JSONResponse:
-        return JSONResponse(await status_doc.get())
+        return JSONResponse(await current_status())
 
     @api.get("/drivers/{driver_id}")
     async def driver(driver_id: str) -> JSONResponse:
         if (problem := id_problem(driver_id)) is not None:
             return JSONResponse({"detail": problem}, 400)
         try:
-            entry = await asyncio.wait_for(system.orchestrator.call("driver", driver_id),
-                                           args.status_timeout_s)
+            entry = await ledger_entry(driver_id)
         except Exception as exc:
             return JSONResponse({"detail": f"orchestrator: {type(exc).__name__}"}, 503)
         if entry is None:
             return JSONResponse({"detail": f"driver {driver_id!r} is not in the ledger"}, 404)
         return JSONResponse(json_safe(entry))
 
-    api.state.status_cache = status_doc  # tests and the later UI read its counts
+    api.include_router(ui_router(status=current_status, history=history,
+                                 ledger_entry=ledger_entry, results_dir=args.results_dir))
+    api.state.status_cache = status_doc  # tests read its counts
+    api.state.history = history
+    api.state.sample_forever = sample_forever
     return api

@@ -61,8 +61,9 @@ class AdminServer:
         self.server = uvicorn.Server(uvicorn.Config(api, log_config=None, access_log=False,
                                                     lifespan="off"))
         # The constructor runs on the actor's event loop: serve there, in the background.
-        self._task = asyncio.get_running_loop().create_task(
-            self.server.serve(sockets=[self.sock]))
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self.server.serve(sockets=[self.sock]))
+        self._sampler = loop.create_task(api.state.sample_forever())  # the page's history
 
     async def address(self) -> tuple[str, int]:
         """Where it listens, once it does."""
@@ -75,17 +76,19 @@ class AdminServer:
         return host, port
 
     async def stop(self) -> None:
+        self._sampler.cancel()
         self.server.should_exit = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._task, STOP_TIMEOUT_S)
 
 
 def start_admin(config: PipelineConfig, *, instance: str, host: str, port: int,
-                ingress_app: str | None, token: RedactedSecret | None) -> str:
+                ingress_app: str | None, token: RedactedSecret | None,
+                results_dir: str | None = None) -> str:
     """Start the admin actor of ``instance`` on this node; returns its base URL."""
     if port:  # fail here, in one line, rather than in an actor's creation task
         bind(host, port).close()
-    args = AdminArgs(instance=instance, ingress_app=ingress_app)
+    args = AdminArgs(instance=instance, ingress_app=ingress_app, results_dir=results_dir)
     here = ray.get_runtime_context().get_node_id()
     handle = ray.remote(AdminServer).options(
         name=actor_name(instance, "admin"), namespace=NAMESPACE, num_cpus=0,

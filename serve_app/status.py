@@ -32,9 +32,11 @@ async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S
         "orchestrator": system.orchestrator, "cache": system.cache, "governor": system.governor,
         **{f"pool/{stage}": ref for stage, ref in system.pools.items()},
     }
-    answers = await asyncio.gather(
+    *answers, poller = await asyncio.gather(
         *(_ask(ref, timeout_s, "status" if name == "orchestrator" else "stats")
           for name, ref in parts.items()),
+        # Asked alongside; only a service has a poller, so its absence is not a fault.
+        _ask(system.poller, timeout_s),
         return_exceptions=True)
     got: dict[str, Any] = {}
     unavailable: dict[str, str] = {}
@@ -57,6 +59,8 @@ async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S
         "backlog": {s: b for s, b in (orch.get("backlog") or {}).items()},
         "leases": orch.get("leases"),
         "leased": orch.get("leased_items"),
+        "leased_by_stage": orch.get("leased_by_stage"),
+        "quarantined": orch.get("quarantined"),
         "ledger": orch.get("ledger"),
         "oldest_review_age_s": orch.get("oldest_review_age_s"),
         "counters": orch.get("counters"),
@@ -73,8 +77,9 @@ async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S
             continue
         status["workers"][stage] = pool.get("workers")
         status["pools"][stage] = {k: pool.get(k) for k in (
-            "workers", "min_workers", "max_workers", "in_flight", "waiting_for_permit",
-            "backlog", "last_reason")}
+            "workers", "min_workers", "max_workers", "peak_workers", "in_flight",
+            "waiting_for_permit", "backlog", "last_reason", "held_by")}
+    status["poller"] = poller if isinstance(poller, dict) else None
     return json_safe(status)
 
 
@@ -97,7 +102,8 @@ def _governor(stats: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, An
     if stats is None:
         return None
     keep = ("state", "rate", "limit_estimate", "safe_rate", "header_rate", "paused_for_s",
-            "pause_reason", "quota", "quota_window_s", "warm_start", "busy_s", "ok", "429s")
+            "pause_reason", "quota", "quota_window_s", "warm_start", "busy_s", "ok", "429s",
+            "503s", "decreases")
     # Keys are endpoint URLs (or rate_key names): never show the credentials of one.
     return {_shown_key(key): {k: gov.get(k) for k in keep} for key, gov in stats.items()}
 

@@ -60,7 +60,9 @@ class GovernorService:
         for _ in range(successes):
             gov.observe(200, {}, now)
         grant = gov.lease(n, now)
-        metrics.governor_rate().set(gov.rate, {"instance": self.instance, "key": key})
+        tags = {"instance": self.instance, "key": key}
+        metrics.governor_rate().set(gov.rate, tags)
+        metrics.governor_limit().set(gov.stats(now)["limit_estimate"] or 0.0, tags)
         if self._store and now - self._saved_at >= SAVE_EVERY_S and self._saving is None:
             self._saved_at = now
             self._saving = asyncio.get_running_loop().create_task(self.flush())

@@ -68,6 +68,14 @@ def governor_rate() -> m.Gauge:
 
 
 @cache
+def governor_limit() -> m.Gauge:
+    # What the governor has learnt the endpoint allows (0 while it is still finding out):
+    # the live page and the Grafana dashboard draw the rate against it.
+    return m.Gauge("driver_review_governor_limit", "Learnt request limit per second",
+                   tag_keys=("instance", "key"))
+
+
+@cache
 def quarantined() -> m.Counter:
     # source: webhook, listing, changes, record ...; kind: why it could not be taken.
     # Catalog rows count once per distinct row; pings once per message id.

@@ -41,6 +41,7 @@ def test_demo_runs_and_ends_at_the_catalogs_truth(tmp_path: Path) -> None:
                       proc.stdout)
     assert truth and truth[1] == truth[2] and int(truth[2]) >= 150, context
     assert "the governor must find the rate" in proc.stdout, context  # the tour's 429
+    assert re.search(r"live pipeline page: http://127\.0\.0\.1:\d+/ui\s", proc.stdout), context
     rows = re.search(r"results: (\d+) rows of Parquet", proc.stdout)
     assert rows and int(rows[1]) > 0, context
     assert any((data_dir / "reviews").rglob("*.parquet")), context
