@@ -154,11 +154,11 @@ class StagePoolService:
         self.peak_workers = max(self.peak_workers, len(self.workers))
         self._event("add", name, reason)
 
-    async def _retire(self, name: str, reason: str) -> None:
+    async def _retire(self, name: str, reason: str, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         handle = self.workers.pop(name)
         self._event("drain", name, reason)
         try:
-            final = await handle.drain.remote(DRAIN_TIMEOUT_S)
+            final = await handle.drain.remote(timeout_s)
             merge_counts(self.retired, final["counts"])
             merge_calls(self.retired_calls, final["calls"])
         finally:
@@ -169,13 +169,16 @@ class StagePoolService:
                             "workers": len(self.workers)})
         del self.events[:-100]
 
-    async def stop(self) -> dict[str, Any]:
-        """Graceful: stop autoscaling, drain every worker (finish, flush), then kill."""
+    async def stop(self, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> dict[str, Any]:
+        """Graceful: stop autoscaling, drain every worker (finish what it holds, within
+        ``drain_timeout_s``; flush), then kill."""
         if self._ticker is not None:
             self._ticker.cancel()
         summary = await self.stats()
-        await asyncio.gather(*(self._retire(n, "stop") for n in list(self.workers)),
-                             return_exceptions=True)
+        await asyncio.gather(
+            *(self._retire(n, "stop", drain_timeout_s) for n in list(self.workers)),
+            return_exceptions=True,
+        )
         summary["retired"] = dict(self.retired)
         summary["retired_calls"] = self.retired_calls
         return summary

@@ -98,7 +98,7 @@ async def stop_system(system: System, *, drain_timeout_s: float = 60.0) -> dict[
         final["poller"] = await system.poller.call("stop")
     for stage, pool in system.pools.items():
         try:
-            final["pools"][stage] = await pool.call("stop")
+            final["pools"][stage] = await pool.call("stop", drain_timeout_s)
         except Exception as exc:
             log.warning("stopping pool %s: %s", stage, exc)
     try:
