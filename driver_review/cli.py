@@ -146,13 +146,13 @@ def _run(args: argparse.Namespace) -> int:
         serve_forever(settings_from_args(args))
         return 0
     if args.command == "sweep":
-        from driver_review.sweep import SweepOptions, failure_line, format_summary, run_sweep
+        from driver_review.sweep import SweepOptions, failure_line, run_sweep, summary_lines
 
         summary = run_sweep(
             _load(args),
             SweepOptions(data_dir=args.data_dir, instance=args.instance, timeout_s=args.timeout_s),
         )
-        format_summary(summary)
+        print("\n".join(summary_lines(summary)))
         if not summary["ok"]:
             print(failure_line(summary), file=sys.stderr, flush=True)
         if args.json:

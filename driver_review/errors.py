@@ -5,6 +5,8 @@
     DriverReviewError
     ├── ConfigError                 bad config file, flag or setting (one line, names the field)
     ├── SignatureError              a webhook whose signature, timestamp or id is not acceptable
+    ├── Refused                     a webhook request the ingress answers with a 4xx
+    │                               (carries ``status``, ``detail`` and a quarantine ``kind``)
     ├── IntakeFull                  the orchestrator's intake is above its high-water mark
     │                               (carries ``retry_after_s``)
     └── CatalogError                anything that went wrong talking to the vendor catalog
@@ -36,6 +38,22 @@ class ConfigError(DriverReviewError, ValueError):
 
 class SignatureError(DriverReviewError):
     """A webhook message failed verification (signature, timestamp, or replay)."""
+
+
+class Refused(DriverReviewError):
+    """A request the ingress answers with a 4xx; nothing of it was enqueued.
+
+    ``kind`` is set when the body was verified but its data cannot be taken (one of
+    ``serve_app.webhook.QUARANTINE_KINDS``); None for a refusal before or at the signature."""
+
+    def __init__(self, status: int, detail: str, kind: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.kind = kind
+
+    def __reduce__(self):  # keep the attributes when the error crosses a process boundary
+        return (type(self), (self.status, self.detail, self.kind))
 
 
 class IntakeFull(DriverReviewError):

@@ -55,13 +55,13 @@ from driver_review.quarantine import BadRow, QuarantineTable, bad_row
 
 log = logging.getLogger(__name__)
 
-ERROR_RETRY_BASE_S = 5.0
+ERROR_RETRY_BASE_S = 5.0  # first retry of an errored review; doubles per consecutive error
 #: The outer loop revisits every driver once per this share of the freshness bound, so the
 #: time a re-review waits in queues and for permits still fits inside the bound (the
 #: re-review of an unchanged driver is one conditional GET answered 304) ...
 REVISIT_SHARE = 0.5
 #: ... and leaves alone drivers reviewed more recently than this share of it.
-REVISIT_MIN_AGE_SHARE = 0.25  # first retry of an errored review; doubles per consecutive error
+REVISIT_MIN_AGE_SHARE = 0.25
 WINDOW_HISTORY = 12  # closed buckets kept in stats
 
 

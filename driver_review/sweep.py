@@ -25,7 +25,6 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -400,7 +399,10 @@ def failure_line(summary: dict[str, Any]) -> str:
             "drivers unresolved")
 
 
-def format_summary(summary: dict[str, Any], write: Callable[[str], Any] = print) -> None:
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """The sweep's summary for a person, a line each (the CLI prints them)."""
+    lines: list[str] = []
+    write = lines.append
     write(f"sweep {summary['instance']}: {summary['drivers']} drivers in {summary['wall_s']:.1f}s")
     write("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["decisions"].items())))
     write("  final:     " + ", ".join(f"{k} {v}" for k, v in summary["final_states"].items()))
@@ -417,3 +419,4 @@ def format_summary(summary: dict[str, Any], write: Callable[[str], Any] = print)
     if summary["orchestrator_restarts"]:
         write(f"  restarts:  orchestrator {summary['orchestrator_restarts']}, "
               f"{summary['listings']} listings")
+    return lines

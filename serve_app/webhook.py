@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from driver_review.catalog.models import DriverRecord, WebhookPing
-from driver_review.errors import ConfigError, SignatureError
+from driver_review.errors import ConfigError, Refused, SignatureError
 from driver_review.identifiers import id_problem, shown, time_problem, version_problem
 from driver_review.ledger import NO_STAGE, Change, Status
 from driver_review.webhooks import Verified, Verifier
@@ -31,17 +31,6 @@ _KIND_OF_FIELD = {"id": "id", "version": "version", "stage": "stage", "updated_a
                   "record": "record"}
 
 
-class Refused(Exception):
-    """A request the ingress answers with a 4xx; nothing of it was enqueued.
-
-    ``kind`` is set when the body was verified but its data cannot be taken (one of
-    :data:`QUARANTINE_KINDS`); None for a refusal before or at the signature."""
-
-    def __init__(self, status: int, detail: str, kind: str | None = None) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.kind = kind
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ Poller = ray.remote(PollerService)
 Worker = ray.remote(StageWorker)
 
 
-def _placement(config: PipelineConfig) -> dict[str, Any]:
+def _placement() -> dict[str, Any]:
     """Orchestrator and governor may be pinned to nodes offering a custom resource
     (``DRIVER_REVIEW_HEAD_RESOURCE``), e.g. the head node of a cluster."""
     import os
@@ -51,14 +51,14 @@ def orchestrator(
     data_dir: str | None = None, results_dir: str | None = None,
 ) -> Any:
     return Orchestrator.options(
-        name=actor_name(instance, "orchestrator"), **_SERVICE, **_placement(config)
+        name=actor_name(instance, "orchestrator"), **_SERVICE, **_placement()
     ).remote(config, instance=instance, outer_loop=outer_loop, data_dir=data_dir,
              results_dir=results_dir)
 
 
 def governor(config: PipelineConfig, instance: str, data_dir: str | None = None) -> Any:
     return Governor.options(
-        name=actor_name(instance, "governor"), **_SERVICE, **_placement(config)
+        name=actor_name(instance, "governor"), **_SERVICE, **_placement()
     ).remote(config.governor, instance=instance, data_dir=data_dir)
 
 

@@ -115,7 +115,7 @@ class StagePoolService:
         """Stats of live workers; a dead one is replaced (its leases expire and re-queue)."""
         names = list(self.workers)
         results = await asyncio.gather(
-            *(self.workers[n].start.remote() for n in names), return_exceptions=True
+            *(self.workers[n].ping.remote() for n in names), return_exceptions=True
         )
         for name, res in zip(names, results, strict=True):
             if isinstance(res, Exception):

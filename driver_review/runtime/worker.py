@@ -57,7 +57,6 @@ class StageWorker:
         self.config = config
         self.stage = stage
         self.name = name
-        self.stage_index = config.stage_names.index(stage)
         self.max_in_flight = config.stage(stage).pool.max_in_flight
         self.checks = build_stage_checks(config)[stage]
         self.orchestrator = ActorRef(actor_name(instance, "orchestrator"))
@@ -82,6 +81,7 @@ class StageWorker:
         # Started from the constructor (it runs on the actor's event loop), so a worker
         # that Ray restarts goes back to work by itself.
         self._boot = asyncio.get_running_loop().create_task(self.start())
+        self._boot.add_done_callback(self._booted)
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> str:
@@ -94,6 +94,17 @@ class StageWorker:
                 catalog=self._catalog, refresh=self._refresh, worker=self.name,
             )
             self._loop_task = asyncio.get_running_loop().create_task(self._demand_loop())
+        return self.name
+
+    def _booted(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            # Seen here and by every ping: a worker that cannot start is replaced.
+            log.error("%s: start failed: %r", self.name, task.exception())
+
+    async def ping(self) -> str:
+        """Liveness for the pool: the name, or the error the worker's start died of."""
+        if self._boot.done() and not self._boot.cancelled() and self._boot.exception():
+            raise RuntimeError(f"{self.name} did not start: {self._boot.exception()!r}")
         return self.name
 
     async def drain(self, timeout_s: float = 60.0) -> dict[str, Any]:
