@@ -123,16 +123,19 @@ def wait_for_stop_signal() -> int:
 def run_service(
     config: PipelineConfig, *, config_path: str | None, instance: str, data_dir: str,
     host: str, port: int, admin_host: str = ADMIN_HOST, admin_port: int = ADMIN_PORT,
-    out: TextIO = sys.stdout,
+    out: TextIO = sys.stdout, proxy: str = "auto",
 ) -> int:
     from driver_review.runtime.names import connect
+    from serve_app.proxies import resolve_proxy
 
+    mode = resolve_proxy(proxy)  # before Ray starts: a missing HAProxy is one line
     connect(quiet=False)
     system = start_service(config, config_path=config_path, instance=instance,
                            data_dir=data_dir, host=host, port=port,
-                           admin_host=admin_host, admin_port=admin_port)
+                           admin_host=admin_host, admin_port=admin_port, proxy=mode)
+    front = "HAProxy" if mode == "haproxy" else "Serve's proxy"
     print(f"driver-review serving instance {instance!r}: webhooks at "
-          f"http://{host}:{port}/webhooks/drivers, admin (status, drivers) at "
+          f"http://{host}:{port}/webhooks/drivers ({front}), admin (status, drivers) at "
           f"{admin_url(instance)}/status", file=out, flush=True)
     print("Ctrl-C stops: intake first, then drain, then the services.", file=out, flush=True)
     wait_for_stop_signal()

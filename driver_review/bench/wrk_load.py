@@ -135,7 +135,7 @@ def wrk_version(binary: str) -> str:
     # `wrk -v` prints its banner and usage, and exits 1.
     out = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=10)
     first = (out.stdout or out.stderr).splitlines()
-    return first[0].strip() if first else "wrk"
+    return first[0].split(" Copyright")[0].strip() if first else "wrk"
 
 
 def raw_request(url: str, body: bytes, headers: dict[str, str]) -> bytes:
