@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="admin endpoint (status, drivers); beyond loopback it needs "
                             "DRIVER_REVIEW_ADMIN_TOKEN")
     serve.add_argument("--admin-port", type=_positive(int), default=8001)
+    serve.add_argument("--proxy", choices=("auto", "haproxy", "default"), default="auto",
+                       help="what fronts the webhook port: Serve's HAProxy ingress, Serve's "
+                            "own proxy, or auto (HAProxy when a binary is found)")
 
     probe = sub.add_parser("probe", help="a bounded, read-only first contact with a vendor")
     probe.add_argument("--catalog-url", required=True, help="base URL of the vendor catalog")
@@ -163,7 +166,8 @@ def _run(args: argparse.Namespace) -> int:
 
         return run_service(_load(args), config_path=args.config, instance=args.instance,
                            data_dir=args.data_dir, host=args.host, port=args.port,
-                           admin_host=args.admin_host, admin_port=args.admin_port)
+                           admin_host=args.admin_host, admin_port=args.admin_port,
+                           proxy=args.proxy)
     if args.command == "probe":
         from driver_review.probe import broken_lines, format_report, run_probe
 

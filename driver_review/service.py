@@ -10,6 +10,7 @@ Shutdown order: stop intake (delete the Serve app, stop the poller) → drain th
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -23,6 +24,10 @@ SECRET_ENV = "DRIVER_REVIEW_WEBHOOK_SECRET"
 ADMIN_HOST = "127.0.0.1"
 ADMIN_PORT = 8001
 STOP_POLL_S = 0.5  # how often the main thread wakes to run a pending SIGINT/SIGTERM handler
+#: ``--proxy`` when not given (serve_app/proxies.py: auto, haproxy, default).
+DEFAULT_PROXY = "default"
+
+log = logging.getLogger(__name__)
 
 
 def serve_app_name(instance: str) -> str:
@@ -32,29 +37,46 @@ def serve_app_name(instance: str) -> str:
 def start_service(
     config: PipelineConfig, *, config_path: str | None, instance: str, data_dir: str,
     host: str, port: int, poll_interval_s: float | None = None,
-    admin_host: str = ADMIN_HOST, admin_port: int = ADMIN_PORT,
+    admin_host: str = ADMIN_HOST, admin_port: int = ADMIN_PORT, proxy: str = DEFAULT_PROXY,
 ) -> Any:
-    """Start (or join) the instance's actors, the poller, the Serve ingress and the admin
-    endpoint (``admin_port`` 0: any free port; see :func:`admin_url`). Returns the
+    """Start (or join) the instance's actors, the poller, the Serve ingress behind
+    ``proxy`` (see :mod:`serve_app.proxies`) and the admin endpoint (``admin_port`` 0: any
+    free port; see :func:`admin_url`). Returns the
     :class:`~driver_review.runtime.system.System`. Requires a connected Ray."""
-    from ray import serve
-
     from driver_review.runtime.system import start_system
     from serve_app.admin import admin_token
     from serve_app.admin_server import start_admin
-    from serve_app.app import IngressArgs, build_app
+    from serve_app.proxies import resolve_proxy
 
     if not os.environ.get(SECRET_ENV, "").strip():
         raise ConfigError(f"{SECRET_ENV} is not set: the webhook secret (whsec_…) is required")
     token = admin_token(admin_host)  # refuses an exposed admin without a token, up front
-    app = build_app(IngressArgs(instance=instance, config=config_path))  # checks the secret
+    mode = resolve_proxy(proxy)  # a missing HAProxy fails (or falls back) before anything
     system = start_system(config, instance=instance, data_dir=data_dir, outer_loop=True,
                           poll=True, poll_interval_s=poll_interval_s)
-    serve.start(http_options={"host": host, "port": port})
-    serve.run(app, name=serve_app_name(instance), route_prefix="/", blocking=False)
+    start_ingress(instance, config_path, host=host, port=port, proxy=mode)
     start_admin(config, instance=instance, host=admin_host, port=admin_port,
                 ingress_app=serve_app_name(instance), token=token, results_dir=data_dir)
     return system
+
+
+def start_ingress(instance: str, config_path: str | None, *, host: str, port: int,
+                  proxy: str) -> str | None:
+    """Start Serve (``haproxy`` or ``default`` proxy) and the webhook ingress of
+    ``instance``; returns the proxy started, None when Serve was already running."""
+    from ray import serve
+
+    from serve_app.app import IngressArgs, build_app
+    from serve_app.proxies import serve_running, start_serve
+
+    haproxy = proxy == "haproxy" and not serve_running()
+    # Built first: it checks the secret and the pipeline file before Serve starts.
+    app = build_app(IngressArgs(instance=instance, config=config_path, haproxy=haproxy))
+    started = start_serve(host, port, proxy)
+    if started is None:
+        log.info("Serve already runs here: the webhook ingress joins it behind its proxy")
+    serve.run(app, name=serve_app_name(instance), route_prefix="/", blocking=False)
+    return started
 
 
 def admin_url(instance: str) -> str:
@@ -112,16 +134,19 @@ def wait_for_stop_signal() -> int:
 def run_service(
     config: PipelineConfig, *, config_path: str | None, instance: str, data_dir: str,
     host: str, port: int, admin_host: str = ADMIN_HOST, admin_port: int = ADMIN_PORT,
-    out: TextIO = sys.stdout,
+    out: TextIO = sys.stdout, proxy: str = "auto",
 ) -> int:
     from driver_review.runtime.names import connect
+    from serve_app.proxies import resolve_proxy
 
+    mode = resolve_proxy(proxy)  # before Ray starts: a missing HAProxy is one line
     connect(quiet=False)
     system = start_service(config, config_path=config_path, instance=instance,
                            data_dir=data_dir, host=host, port=port,
-                           admin_host=admin_host, admin_port=admin_port)
+                           admin_host=admin_host, admin_port=admin_port, proxy=mode)
+    front = "HAProxy" if mode == "haproxy" else "Serve's proxy"
     print(f"driver-review serving instance {instance!r}: webhooks at "
-          f"http://{host}:{port}/webhooks/drivers, admin (status, drivers) at "
+          f"http://{host}:{port}/webhooks/drivers ({front}), admin (status, drivers) at "
           f"{admin_url(instance)}/status", file=out, flush=True)
     print(f"live page: {ui_address(instance)}", file=out, flush=True)
     print("Ctrl-C stops: intake first, then drain, then the services.", file=out, flush=True)

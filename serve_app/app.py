@@ -26,6 +26,7 @@ from driver_review.config import load_config
 from driver_review.identifiers import instance_problem
 from driver_review.runtime.names import DEFAULT_INSTANCE
 from serve_app.ingress import DriverReviewIngress
+from serve_app.proxies import replica_env
 from serve_app.webhook import RedactedSecret, load_verifier
 
 SECRET_ENV = "DRIVER_REVIEW_WEBHOOK_SECRET"
@@ -65,6 +66,15 @@ class IngressArgs(BaseModel):
     #: Bound on the read-only routes (/healthz, /status, /drivers/{id}).
     status_timeout_s: Annotated[float, Field(gt=0)] = 2.0
     num_replicas: Annotated[int, Field(gt=0)] = 1
+    #: The replicas serve HTTP themselves behind Serve's HAProxy ingress. Set by
+    #: ``driver-review serve`` when it starts Serve with HAProxy (serve_app/proxies.py);
+    #: with ``serve run``, set RAY_SERVE_ENABLE_HA_PROXY=1 in the cluster instead.
+    haproxy: bool = False
+
+
+def _runtime_env(args: IngressArgs) -> dict:
+    env = replica_env(args.haproxy)
+    return {"runtime_env": {"env_vars": env}} if env else {}
 
 
 def build_app(args: IngressArgs) -> Application:
@@ -81,5 +91,5 @@ def build_app(args: IngressArgs) -> Application:
         backpressure_config=BackpressureConfig(status_code=429,
                                                retry_after_s=args.retry_after_s),
         # I/O-bound: reserve no CPU, so a 2-core machine hosts it beside the pipeline.
-        ray_actor_options={"num_cpus": 0},
+        ray_actor_options={"num_cpus": 0, **_runtime_env(args)},
     ).bind(args, config, forwarded)

@@ -23,8 +23,9 @@ cache           one running service: 1% of the drivers change; driver fetches pe
                 version and package downloads
 latency         pings at a steady rate into the live service: acceptance to decision, and
                 that minus the time spent in external calls
-ingress         signed pings/s through the Serve ingress, against a plain uvicorn endpoint
-                (ceiling) and a Serve no-op deployment (the engine's own cost)
+ingress         signed pings/s (wrk, pre-signed) through the Serve ingress behind Serve's
+                default proxy and behind its HAProxy ingress, against a plain uvicorn
+                endpoint (ceiling) and a Serve no-op deployment (the engine's own cost)
 ledger          1M and 5M drivers (quick: 50k, 200k) in the columnar ledger against a
                 dict of objects: bytes per driver, staleness slice, snapshot write/load
 isolation       one stage made ~10x slower: the other stages' throughput as a ratio
@@ -37,8 +38,8 @@ scenario saying met or missed with the value, the settings, the machine) and
 Modules: ``runner`` (order, machine, output), ``common`` (sizes, call log, targets), one
 module per scenario (``utilization``, ``endpoints``, ``peers`` with ``peer_runners``,
 ``peer_review``, ``peer_scoring`` and ``cubic``, ``ceiling`` with ``cpu`` and
-``two_node``, ``live`` with ``latency`` and ``ingress``/``plain_asgi``, ``ledger_scale``
-with ``ledger_probe``, ``isolation``), ``chart``.
+``two_node``, ``live`` with ``latency`` and ``ingress`` (``ingress_load``, ``wrk_load``,
+``plain_asgi``), ``ledger_scale`` with ``ledger_probe``, ``isolation``), ``chart``.
 """
 
 from driver_review.bench.runner import SCENARIOS, parse_only, run_bench

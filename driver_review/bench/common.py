@@ -53,17 +53,20 @@ class Sizes:
     isolation_drivers: int
     slow_delay_s: float  # the slow check of the isolation scenario
     peer_bound_factor: float = 3.0  # a peer gives up after this many driver-review walls
+    ingress_duration_s: float = 10.0  # per endpoint and round, with wrk (pings: without)
 
 
 QUICK = Sizes(
     sweep_drivers=120, rate_limit=100.0, live_drivers=150, ping_rate=5.0,
     ping_duration_s=8.0, ingress_pings=400, ingress_concurrency=16, ingress_rounds=1,
     ledger_sizes=(50_000, 200_000), isolation_drivers=80, slow_delay_s=0.5,
+    ingress_duration_s=5.0,
 )
 FULL = Sizes(
     sweep_drivers=1000, rate_limit=100.0, live_drivers=2000, ping_rate=10.0,
     ping_duration_s=45.0, ingress_pings=3000, ingress_concurrency=64, ingress_rounds=2,
     ledger_sizes=(1_000_000, 5_000_000), isolation_drivers=400, slow_delay_s=0.5,
+    ingress_duration_s=15.0,
 )
 
 

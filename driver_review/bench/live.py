@@ -35,6 +35,7 @@ from driver_review.bench.latency import latency_figures
 from driver_review.results import read_results
 from driver_review.service import SECRET_ENV, start_service, stop_service
 from driver_review.sim import SimServer, SimSettings
+from serve_app.proxies import serve_running
 
 PHASES = ("cache", "latency", "ingress")
 LIVE_LATENCY_MS = 10.0
@@ -180,9 +181,11 @@ def run(ctx: Context, phases: set[str]) -> dict[str, dict[str, Any]]:
             results={"rollover_s": 1.0},
         )
         started = time.monotonic()
+        owns_serve = not serve_running()  # only a Serve of its own may be restarted
         system = start_service(config, config_path=None, instance=f"bench-{uuid.uuid4().hex[:6]}",
                                data_dir=data_dir, host="127.0.0.1", port=port,
-                               poll_interval_s=POLL_INTERVAL_S, admin_port=0)
+                               poll_interval_s=POLL_INTERVAL_S, admin_port=0,
+                               proxy="default")  # the ingress phase compares the proxies
         window: tuple[float, float] | None = None
         try:
             up_s = time.monotonic() - started
@@ -201,10 +204,16 @@ def run(ctx: Context, phases: set[str]) -> dict[str, dict[str, Any]]:
                 cache_run = _phase(lambda: _cache_phase(system, sim))
             if "ingress" in phases:
                 results["ingress"] = _phase(lambda: ingress_scenario.measure(
-                    port, pings=sizes.ingress_pings, concurrency=sizes.ingress_concurrency,
-                    rounds=sizes.ingress_rounds))
+                    system, port, concurrency=sizes.ingress_concurrency,
+                    duration_s=sizes.ingress_duration_s, pings=sizes.ingress_pings,
+                    rounds=sizes.ingress_rounds, scratch=ctx.scratch("ingress"),
+                    owns_serve=owns_serve))
         finally:
             stop_service(system)
+            if owns_serve:  # the ingress phase may have switched its proxy: leave none
+                from ray import serve
+
+                serve.shutdown()
     # After the stop: every worker has flushed its results.
     if cache_run is not None:
         results["cache"] = (cache_run if "error" in cache_run
