@@ -72,9 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="admin endpoint (status, drivers); beyond loopback it needs "
                             "DRIVER_REVIEW_ADMIN_TOKEN")
     serve.add_argument("--admin-port", type=_positive(int), default=8001)
-    serve.add_argument("--proxy", choices=("auto", "haproxy", "default"), default="auto",
-                       help="what fronts the webhook port: Serve's HAProxy ingress, Serve's "
-                            "own proxy, or auto (HAProxy when a binary is found)")
+    # Not HAProxy by default, though it accepts several times the pings/s: Ray's HAProxy
+    # template binds its stats page and Prometheus exporter on all interfaces, and nothing
+    # else of this service listens beyond loopback unless asked to.
+    serve.add_argument("--proxy", choices=("auto", "haproxy", "default"), default="default",
+                       help="what fronts the webhook port: Serve's own proxy (default), "
+                            "Serve's HAProxy ingress (faster; its stats and metrics ports "
+                            "listen on all interfaces), or auto (HAProxy when found)")
 
     probe = sub.add_parser("probe", help="a bounded, read-only first contact with a vendor")
     probe.add_argument("--catalog-url", required=True, help="base URL of the vendor catalog")

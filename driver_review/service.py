@@ -134,7 +134,7 @@ def wait_for_stop_signal() -> int:
 def run_service(
     config: PipelineConfig, *, config_path: str | None, instance: str, data_dir: str,
     host: str, port: int, admin_host: str = ADMIN_HOST, admin_port: int = ADMIN_PORT,
-    out: TextIO = sys.stdout, proxy: str = "auto",
+    out: TextIO = sys.stdout, proxy: str = DEFAULT_PROXY,
 ) -> int:
     from driver_review.runtime.names import connect
     from serve_app.proxies import resolve_proxy
