@@ -77,19 +77,32 @@ def _config(catalog_url: str, checks_url: str) -> PipelineConfig:
     return parse_config(data, source="benchmark endpoints scenario")
 
 
-def _watch_busy(instance: str, stop: threading.Event, into: dict[str, Any]) -> None:
-    """Poll the governor's busy spans once a second until ``stop`` (the last poll wins:
-    the governor keeps its newest spans, merged, so nothing is lost between polls)."""
+def _watch_governor(
+    instance: str, stop: threading.Event, busy: dict[str, Any],
+    series: dict[str, list[tuple[float, float, float | None, str]]],
+) -> None:
+    """Poll the governor once a second until ``stop``: its busy spans (the last poll wins:
+    the governor keeps its newest spans, merged, so nothing is lost between polls) and,
+    per endpoint, (time, rate, limit estimate, state) for the record."""
+    import asyncio
+
     from driver_review.runtime.names import ActorRef, actor_name
 
     governor = ActorRef(actor_name(instance, "governor"))
-    import asyncio
+
+    async def poll() -> tuple[dict[str, Any], dict[str, Any]]:
+        return await governor.call("busy_spans"), await governor.call("stats")
 
     while not stop.wait(1.0):
         try:
-            into.update(asyncio.run(governor.call("busy_spans")))
+            spans, stats = asyncio.run(poll())
         except Exception:  # not started yet, or stopped: the last answer stands
             continue
+        busy.update(spans)
+        now = time.monotonic()
+        for key, s in stats.items():
+            series.setdefault(key, []).append(
+                (now, s["rate"], s.get("limit_estimate"), s["state"]))
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -100,11 +113,13 @@ def run(ctx: Context) -> dict[str, Any]:
                            checks_rate_limit=check_limit)
     instance = f"bench-endpoints-{uuid.uuid4().hex[:6]}"
     busy: dict[str, list[tuple[float, float]]] = {}
+    series: dict[str, list[tuple[float, float, float | None, str]]] = {}
     with SimServer(settings) as sim:
         calls = _Calls(sim)
         config = _config(sim.url, sim.checks_url)
         stop = threading.Event()
-        watcher = threading.Thread(target=_watch_busy, args=(instance, stop, busy), daemon=True)
+        watcher = threading.Thread(target=_watch_governor, args=(instance, stop, busy, series),
+                                   daemon=True)
         watcher.start()
         try:
             summary = run_sweep(
@@ -126,6 +141,10 @@ def run(ctx: Context) -> dict[str, Any]:
         gov = summary.get("governor", {}).get(keys[name], {})
         e["governor_rate_per_s"] = gov.get("rate")
         e["governor_429s"] = gov.get("429s")
+        start = calls.log[0][0] if calls.log else 0.0
+        # Once a second: seconds since the first call, the rate set, the limit estimate.
+        e["governor_series"] = [(round(t - start, 1), rate, limit, state)
+                                for t, rate, limit, state in series.get(keys[name], [])]
         say(f"  {name}: {e['calls']} calls, 429s {e['rate_limited_share'] or 0:.2%}, "
             f"busy {e['busy_s']:.1f}s at {e['utilization_ratio'] or 0:.3f} of {e['limit_per_s']}"
             f"/s (whole span {e['active_utilization_ratio'] or 0:.3f})")

@@ -2,7 +2,8 @@
 per endpoint key, and the client-side :class:`RemoteLimiter` that leases from it.
 
 Workers lease permits a few at a time (``GovernorConfig.lease_size``) so pacing is not a
-round trip per call; successes are counted locally and travel with the next lease, and
+round trip per call; successes are noted locally (how long ago each came) and travel with
+the next lease, so the governor's meter sees them when they happened, and
 only 429s and rate-limit headers are sent at once, since those change the schedule.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -27,7 +28,10 @@ from driver_review.warmstart import LearntStore
 log = logging.getLogger(__name__)
 
 
+#: A success reported older than this counts as this old (a stalled caller's report).
+MAX_SUCCESS_AGE_S = 5.0
 SAVE_EVERY_S = 10.0  # learnt limits reach the data dir this often (and at stop)
+MAX_UNREPORTED = 10_000  # successes kept for the next report (a lease comes long before)
 
 
 class GovernorService:
@@ -54,11 +58,16 @@ class GovernorService:
                          gov.stats()["warm_start"]["age_s"])
         return gov
 
-    async def lease(self, key: str, n: int, successes: int = 0) -> Grant:
+    async def lease(self, key: str, n: int, successes: int | Sequence[float] = 0) -> Grant:
+        """Permits for ``key``. ``successes``: the caller's answers other than 429 since its
+        last lease, as their ages in seconds (or a count, taken as answered now)."""
         gov = self._get(key)
         now = time.monotonic()
-        for _ in range(successes):
-            gov.observe(200, {}, now)
+        ages = [0.0] * successes if isinstance(successes, int) else successes
+        for age in ages:
+            # When they came, not when they were reported: at a few requests a second a
+            # lease spans seconds, and the meter reads served rates over one.
+            gov.observe(200, {}, now - min(max(0.0, age), MAX_SUCCESS_AGE_S))
         grant = gov.lease(n, now)
         tags = {"instance": self.instance, "key": key}
         metrics.governor_rate().set(gov.rate, tags)
@@ -91,8 +100,17 @@ class GovernorService:
     async def give_back(self, key: str, grant: Grant, unused: int) -> None:
         self._get(key).give_back(grant, unused, time.monotonic())
 
-    async def observe(self, key: str, status: int, headers: dict[str, str]) -> int:
-        return self._get(key).observe(status, headers, time.monotonic())
+    async def observe(
+        self, key: str, status: int, headers: dict[str, str], successes: Sequence[float] = ()
+    ) -> int:
+        """One answer that changes the schedule (a 429, a pause, RateLimit headers), after
+        the caller's successes not yet reported (ages in seconds): a 429 is judged against
+        what the server served just before it."""
+        gov = self._get(key)
+        now = time.monotonic()
+        for age in successes:
+            gov.observe(200, {}, now - min(max(0.0, age), MAX_SUCCESS_AGE_S))
+        return gov.observe(status, headers, now)
 
     async def busy_spans(self) -> dict[str, list[tuple[float, float]]]:
         """Per key, when demand kept its schedule full (``time.monotonic`` of this node)."""
@@ -118,7 +136,7 @@ class RemoteLimiter:
         self.governor = governor
         self.key = key
         self._bucket = PermitBucket(self._lease, batch=batch, give_back=self._give_back)
-        self._successes = 0
+        self._successes: list[float] = []  # when answers other than 429 came, unreported
         self.waiting = 0
         #: The endpoint's rate as of the last lease (None before one): workers size their
         #: demand by it.
@@ -127,12 +145,19 @@ class RemoteLimiter:
         self._pending: set[asyncio.Task] = set()
 
     async def _lease(self, n: int) -> Grant:
-        successes, self._successes = self._successes, 0
-        grant: Grant = await self.governor.call("lease", self.key, n, successes)
+        grant: Grant = await self.governor.call("lease", self.key, n, self._ages())
         self._bucket.note_epoch(grant.epoch)
         self.rate = grant.rate
         self._paused_until = time.monotonic() + grant.paused_for_s
         return grant
+
+    def _ages(self) -> list[float]:
+        """The unreported successes as ages in seconds (clocks differ between processes;
+        durations do not), and forget them."""
+        now = time.monotonic()
+        ages = [now - t for t in self._successes]
+        self._successes = []
+        return ages
 
     def paused_for_s(self) -> float:
         """How much longer the endpoint is paused, as this process last heard."""
@@ -157,7 +182,8 @@ class RemoteLimiter:
             or any(k.lower().startswith("ratelimit") for k in headers)
         )
         if not has_policy:
-            self._successes += 1
+            if len(self._successes) < MAX_UNREPORTED:
+                self._successes.append(time.monotonic())
             return
         if pause_s is not None:
             # Known here at once, before the governor's answer: demand stops for it.
@@ -165,7 +191,7 @@ class RemoteLimiter:
         if status == 429 or pause_s is not None:
             self._bucket.drop()  # a pause or a slower schedule is coming: don't spend these
         task = asyncio.get_running_loop().create_task(
-            self.governor.call("observe", self.key, status, dict(headers))
+            self.governor.call("observe", self.key, status, dict(headers), self._ages())
         )
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
