@@ -23,7 +23,7 @@ ADMIN_TIMEOUT_S = 3.0
 
 def ledger_from_admin(admin_url: str, driver_id: str) -> tuple[dict[str, Any] | None, str]:
     """The orchestrator's entry for ``driver_id`` and a note on where it came from."""
-    from serve_app.admin import ADMIN_TOKEN_ENV
+    from driver_review.env import ADMIN_TOKEN as ADMIN_TOKEN_ENV
 
     token = os.environ.get(ADMIN_TOKEN_ENV, "").strip()
     headers = {"authorization": f"Bearer {token}"} if token else {}

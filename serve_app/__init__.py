@@ -1,14 +1,23 @@
 """The Ray Serve ingress of driver-review: signed catalog webhooks in, micro-batches of
-changes to the orchestrator out, plus read-only status routes.
+changes to the orchestrator out; the admin endpoint; the always-on service and the demo.
 
 Public routes: ``POST /webhooks/drivers``, ``GET /healthz``; the operator routes
-(``GET /status``, ``GET /drivers/{id}``) are on the admin endpoint (:mod:`serve_app.admin`).
-Build with :func:`build_app` (``serve run
-serve_app.app:build_app instance=main``); :func:`collect_status` is the status document
-the ``driver-review status`` CLI prints too.
+(``GET /status``, ``GET /drivers/{id}``, the live page) are on the admin endpoint
+(:mod:`serve_app.admin`). Build with :func:`build_app` (``serve run
+serve_app.app:build_app instance=main``). Nothing is imported until asked for: the CLI
+reads :mod:`serve_app.commands` without loading Serve.
 """
 
-from serve_app.app import IngressArgs, build_app
-from serve_app.status import collect_status
+from __future__ import annotations
 
-__all__ = ["IngressArgs", "build_app", "collect_status"]
+from typing import Any
+
+__all__ = ["IngressArgs", "build_app"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from serve_app import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module 'serve_app' has no attribute {name!r}")

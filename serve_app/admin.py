@@ -25,18 +25,19 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from driver_review import env
 from driver_review.errors import ConfigError
 from driver_review.identifiers import id_problem
 from driver_review.runtime.system import System
 from driver_review.statcache import AsyncCachedValue
+from driver_review.status import collect_status, json_safe
+from serve_app import defaults
 from serve_app.history import SAMPLE_EVERY_S, StatusHistory
-from serve_app.status import collect_status, json_safe
 from serve_app.ui import PUBLIC_PATHS, ui_router
 from serve_app.webhook import RedactedSecret
 
-ADMIN_TOKEN_ENV = "DRIVER_REVIEW_ADMIN_TOKEN"
-DEFAULT_ADMIN_HOST = "127.0.0.1"
-DEFAULT_ADMIN_PORT = 8001
+ADMIN_TOKEN_ENV = env.ADMIN_TOKEN
+DEFAULT_ADMIN_HOST, DEFAULT_ADMIN_PORT = defaults.ADMIN_HOST, defaults.ADMIN_PORT
 #: A shorter token is a password, not a bearer token.
 MIN_TOKEN_CHARS = 16
 

@@ -22,6 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from ray.serve import Application
 from ray.serve.config import BackpressureConfig
 
+from driver_review import env
 from driver_review.config import load_config
 from driver_review.identifiers import instance_problem
 from driver_review.runtime.names import DEFAULT_INSTANCE
@@ -29,7 +30,7 @@ from serve_app.ingress import DriverReviewIngress
 from serve_app.proxies import replica_env
 from serve_app.webhook import RedactedSecret, load_verifier
 
-SECRET_ENV = "DRIVER_REVIEW_WEBHOOK_SECRET"
+SECRET_ENV = env.WEBHOOK_SECRET
 MIB = 1024 * 1024
 
 

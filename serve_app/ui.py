@@ -26,8 +26,8 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Resp
 
 from driver_review.explain import explain, known
 from driver_review.identifiers import id_problem
+from driver_review.status import json_safe
 from serve_app.history import StatusHistory
-from serve_app.status import json_safe
 
 UI_DIR = Path(__file__).parent / "ui"
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css", "charts.js": "text/javascript"}

@@ -11,6 +11,7 @@ from typing import Any
 
 import ray
 
+from driver_review import env
 from driver_review.config import PipelineConfig
 from driver_review.runtime.cache_actor import CacheService
 from driver_review.runtime.governor_actor import GovernorService
@@ -42,7 +43,7 @@ def _placement() -> dict[str, Any]:
     (``DRIVER_REVIEW_HEAD_RESOURCE``), e.g. the head node of a cluster."""
     import os
 
-    resource = os.environ.get("DRIVER_REVIEW_HEAD_RESOURCE")
+    resource = os.environ.get(env.HEAD_RESOURCE)
     return {"resources": {resource: 0.001}} if resource else {}
 
 

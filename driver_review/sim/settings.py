@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from driver_review import env
 from driver_review.errors import ConfigError
 from driver_review.webhooks import decode_secret
 
@@ -26,8 +27,8 @@ Share = Annotated[float, Field(ge=0.0, le=1.0)]
 NonNegative = Annotated[float, Field(ge=0.0)]
 AuthMode = Literal["none", "bearer", "oauth2"]
 #: Where the simulator's own secrets come from (never flags: they would show in `ps`).
-ENV = {"auth_token": "DRIVER_REVIEW_SIM_TOKEN", "client_id": "DRIVER_REVIEW_SIM_CLIENT_ID",
-       "client_secret": "DRIVER_REVIEW_SIM_CLIENT_SECRET"}
+ENV = {"auth_token": env.SIM_TOKEN, "client_id": env.SIM_CLIENT_ID,
+       "client_secret": env.SIM_CLIENT_SECRET}
 
 
 class SimSettings(BaseModel):

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 
 from driver_review.config import PipelineConfig, load_config, parse_config
-from driver_review.service import SECRET_ENV, start_service, stop_service
 from driver_review.sim import SimServer, SimSettings
+from serve_app.service import SECRET_ENV, start_service, stop_service
 
 
 def free_port() -> int:

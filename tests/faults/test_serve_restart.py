@@ -28,9 +28,9 @@ import httpx
 import pytest
 import yaml
 
-from driver_review.service import SECRET_ENV
 from driver_review.sim import SimServer, SimSettings
 from driver_review.snapshot import SnapshotStore
+from serve_app.service import SECRET_ENV
 from tests.faults.helpers import converged, free_port, wait_until
 from tests.faults.s3 import S3Server, moto_server
 from tests.integration.cluster import REPO, clean_env

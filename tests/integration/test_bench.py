@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from driver_review.bench import SCENARIOS
+from jobs.bench import SCENARIOS
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from driver_review.bench.common import QUICK, Context
-from driver_review.bench.peers import measure_point
+from jobs.bench.common import QUICK, Context
+from jobs.bench.peers import measure_point
 
 pytestmark = [pytest.mark.ray]
 

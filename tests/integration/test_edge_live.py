@@ -33,12 +33,12 @@ from schemathesis.specs.openapi.checks import (
 from driver_review.config import PipelineConfig, load_config, parse_config
 from driver_review.errors import ConfigError
 from driver_review.runtime.system import System
-from driver_review.service import SECRET_ENV, admin_url, start_service, stop_service
 from driver_review.sim import SimServer, SimSettings
 from driver_review.sim.webhooks import ping_body
 from driver_review.webhooks import signed_headers
 from serve_app.admin import ADMIN_TOKEN_ENV
 from serve_app.openapi import SCHEMA_PATH, render
+from serve_app.service import SECRET_ENV, admin_url, start_service, stop_service
 
 pytestmark = pytest.mark.ray
 

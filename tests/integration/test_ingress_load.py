@@ -15,11 +15,11 @@ import httpx
 import pytest
 from ray import serve
 
-from driver_review.bench.ingress_load import plain_server, signed_pings
-from driver_review.bench.wrk_load import WrkLoad, run_wrk, wrk_binary
-from driver_review.service import SECRET_ENV, start_service, stop_service
 from driver_review.sim import SimSettings
+from jobs.bench.ingress_load import plain_server, signed_pings
+from jobs.bench.wrk_load import WrkLoad, run_wrk, wrk_binary
 from serve_app.proxies import haproxy_binary
+from serve_app.service import SECRET_ENV, start_service, stop_service
 from tests.faults.helpers import fast_config, free_port, start_live, wait_until
 
 WRK = wrk_binary()

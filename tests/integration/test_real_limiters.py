@@ -11,10 +11,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from driver_review.bench.limiters import HaproxyLimiter, NginxLimiter, missing_binary
 from driver_review.config import load_config
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions, run_sweep
+from jobs.bench.limiters import HaproxyLimiter, NginxLimiter, missing_binary
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 

@@ -22,8 +22,8 @@ import ray
 from driver_review.config import load_config, parse_config
 from driver_review.results import read_results
 from driver_review.runtime.system import System
+from driver_review.status import collect_status
 from driver_review.sweep import Progress, SweepOptions, run_sweep
-from serve_app.status import collect_status
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 

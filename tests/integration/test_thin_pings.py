@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from driver_review.config import load_config, parse_config
-from driver_review.service import SECRET_ENV, start_service, stop_service
 from driver_review.sim import SimSettings
+from serve_app.service import SECRET_ENV, start_service, stop_service
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 

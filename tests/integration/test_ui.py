@@ -25,9 +25,9 @@ from driver_review.cli import main as cli_main
 from driver_review.config import PipelineConfig, load_config, parse_config
 from driver_review.results import read_results
 from driver_review.runtime.system import System
-from driver_review.service import SECRET_ENV, admin_url, start_service, stop_service, ui_address
 from driver_review.sim import SimServer, SimSettings
 from serve_app.admin import ADMIN_TOKEN_ENV
+from serve_app.service import SECRET_ENV, admin_url, start_service, stop_service, ui_address
 from tests.cdp import Browser, chromium_binary
 
 pytestmark = pytest.mark.ray

@@ -16,8 +16,8 @@ import ray
 
 from driver_review.config import PipelineConfig
 from driver_review.runtime.system import System
+from driver_review.status import collect_status
 from driver_review.sweep import Progress, SweepOptions, run_sweep
-from serve_app.status import collect_status
 
 
 def metrics_text() -> str:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from driver_review.bench.cubic import (
+from jobs.bench.cubic import (
     BETA,
     SCALE,
     ClientRateLimiter,
@@ -22,8 +22,8 @@ from driver_review.bench.cubic import (
     TokenBucket,
     standard_delay_s,
 )
-from driver_review.bench.peer_review import jittered_delay_s
-from driver_review.bench.peer_scoring import peer_error, peer_targets, pick_best, run_error
+from jobs.bench.peer_review import jittered_delay_s
+from jobs.bench.peer_scoring import peer_error, peer_targets, pick_best, run_error
 
 
 class FakeClock:
@@ -232,14 +232,14 @@ def test_targets_compare_only_a_peer_that_has_a_best_run() -> None:
 
 
 def test_spent_counts_growth_per_process_and_new_processes_from_zero() -> None:
-    from driver_review.bench.cpu import spent_s
+    from jobs.bench.cpu import spent_s
 
     assert spent_s({1: 2.0, 2: 1.0}, {1: 3.5, 2: 1.0, 3: 0.25}) == pytest.approx(1.75)
     assert spent_s({1: 2.0}, {}) == 0.0  # a process gone: nothing more to count
 
 
 def test_tree_cpu_sees_this_process_spend_cpu() -> None:
-    from driver_review.bench.cpu import tree_cpu_s
+    from jobs.bench.cpu import tree_cpu_s
 
     if not sys.platform.startswith("linux"):
         pytest.skip("reads /proc")

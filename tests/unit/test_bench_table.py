@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from driver_review.bench.table import END, START, main, render, replace_section
+from jobs.bench.table import END, START, main, render, replace_section
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,7 @@ def test_the_readme_table_is_the_rendering_of_the_committed_bench_json() -> None
     readme = (ROOT / "README.md").read_text()
     assert replace_section(readme, render(doc)) == readme, (
         "README's benchmark table differs from docs/bench.json: run "
-        "python -m driver_review.bench.table docs/bench.json --readme README.md")
+        "python -m jobs.bench.table docs/bench.json --readme README.md")
 
 
 def test_rows_say_value_target_and_met_and_a_failed_scenario_shows_its_error() -> None:

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from driver_review.bench.ingress_load import signed_pings
-from driver_review.bench.wrk_load import (
+from driver_review.errors import ConfigError
+from driver_review.webhooks import Verifier
+from jobs.bench.ingress_load import signed_pings
+from jobs.bench.wrk_load import (
     RESULT_MARK,
     WrkError,
     WrkLoad,
@@ -19,8 +21,6 @@ from driver_review.bench.wrk_load import (
     script_text,
     write_requests,
 )
-from driver_review.errors import ConfigError
-from driver_review.webhooks import Verifier
 from serve_app import proxies
 
 SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

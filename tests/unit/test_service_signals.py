@@ -14,7 +14,7 @@ import pytest
 
 CHILD = textwrap.dedent("""
     import signal, threading, time
-    from driver_review.service import wait_for_stop_signal
+    from serve_app.service import wait_for_stop_signal
 
     def deliver_to_this_thread() -> None:
         # Only once the handlers are in place (bounded: the child's own timeout is 20 s).

@@ -18,11 +18,11 @@ import time
 import uuid
 from typing import Any
 
-from driver_review.bench.common import SEED, SWEEP_LATENCY_MS, Context, ratio, say, target
 from driver_review.config import PipelineConfig, load_config, parse_config
 from driver_review.identifiers import endpoint_key
 from driver_review.sim import SimServer, SimSettings
 from driver_review.sweep import Progress, SweepOptions, run_sweep
+from jobs.bench.common import SEED, SWEEP_LATENCY_MS, Context, ratio, say, target
 
 CHECKS_PREFIX = "checks "  # the simulator's stats prefix for the checks port's routes
 CHECK_LIMIT_SHARE = 0.12  # the check service's limit, as a share of the catalog's

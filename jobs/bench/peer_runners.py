@@ -24,9 +24,9 @@ from typing import Any
 
 import ray
 
-from driver_review.bench.peer_review import PeerCatalog, review_all, review_sync
 from driver_review.checks import build_stage_checks
 from driver_review.config import load_config
+from jobs.bench.peer_review import PeerCatalog, review_all, review_sync
 
 #: What a Ray Data actor reserves: a quarter, so pools of 4 fit a 2-core machine's Ray.
 RAY_DATA_ACTOR_CPUS = 0.25

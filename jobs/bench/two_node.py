@@ -1,5 +1,5 @@
 """One driver-review sweep on a Ray cluster of N nodes on this machine, in a process of
-its own: ``python -m driver_review.bench.two_node --catalog-url URL --nodes N``.
+its own: ``python -m jobs.bench.two_node --catalog-url URL --nodes N``.
 
 The ceiling scenario's scale-out part. The benchmark's own process is already connected
 to its local Ray, so the cluster is made here, in a child process, with Ray's
@@ -30,7 +30,7 @@ def run_in_subprocess(url: str, nodes: int, timeout_s: float = TIMEOUT_S + 120) 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS",))}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     proc = subprocess.run(
-        [sys.executable, "-m", "driver_review.bench.two_node", "--catalog-url", url,
+        [sys.executable, "-m", "jobs.bench.two_node", "--catalog-url", url,
          "--nodes", str(nodes)],
         env=env, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     lines = proc.stdout.strip().splitlines()
@@ -46,7 +46,7 @@ def run_in_subprocess(url: str, nodes: int, timeout_s: float = TIMEOUT_S + 120) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m driver_review.bench.two_node")
+    parser = argparse.ArgumentParser(prog="python -m jobs.bench.two_node")
     parser.add_argument("--catalog-url", required=True)
     parser.add_argument("--nodes", type=int, choices=(1, 2, 3, 4), default=2)
     args = parser.parse_args(argv)
@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from ray.cluster_utils import Cluster
 
-    from driver_review.bench.common import pipeline_config
     from driver_review.runtime.names import NAMESPACE
     from driver_review.sweep import Progress, SweepOptions, run_sweep
+    from jobs.bench.common import pipeline_config
 
     node = {"num_cpus": CPUS_PER_NODE, "object_store_memory": OBJECT_STORE_BYTES}
     cluster = Cluster(initialize_head=True, head_node_args=node)

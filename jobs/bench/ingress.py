@@ -29,10 +29,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from ray import serve
 
-from driver_review.bench.common import free_port, ratio, say, target
-from driver_review.bench.ingress_load import WEBHOOK_PATH, Loader, plain_server
-from driver_review.service import SECRET_ENV, start_ingress
+from jobs.bench.common import free_port, ratio, say, target
+from jobs.bench.ingress_load import WEBHOOK_PATH, Loader, plain_server
 from serve_app.proxies import haproxy_binary, replica_env
+from serve_app.service import SECRET_ENV, start_ingress
 
 NOOP_APP = "bench-noop"
 NOOP_PREFIX = "/bench-noop"

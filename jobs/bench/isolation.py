@@ -17,15 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from driver_review.bench.common import SEED, SWEEP_LATENCY_MS, Context, ratio, say, target
 from driver_review.catalog.models import DriverRecord
 from driver_review.checks import CheckContext, Outcome
 from driver_review.config import PipelineConfig, load_config, parse_config
 from driver_review.results import read_results
 from driver_review.sim import SimServer, SimSettings
 from driver_review.sweep import Progress, SweepOptions, run_sweep
+from jobs.bench.common import SEED, SWEEP_LATENCY_MS, Context, ratio, say, target
 
-SLOW_CHECK = "driver_review.bench.isolation:slow"
+SLOW_CHECK = "jobs.bench.isolation:slow"
 SLOW_STAGE = "compatibility"
 IN_FLIGHT = 8
 SLOWDOWN = 10.0

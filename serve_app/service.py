@@ -17,12 +17,13 @@ import sys
 import threading
 from typing import Any, TextIO
 
+from driver_review import env
 from driver_review.config import PipelineConfig
 from driver_review.errors import ConfigError
+from serve_app import defaults
 
-SECRET_ENV = "DRIVER_REVIEW_WEBHOOK_SECRET"
-ADMIN_HOST = "127.0.0.1"
-ADMIN_PORT = 8001
+SECRET_ENV = env.WEBHOOK_SECRET
+ADMIN_HOST, ADMIN_PORT = defaults.ADMIN_HOST, defaults.ADMIN_PORT
 STOP_POLL_S = 0.5  # how often the main thread wakes to run a pending SIGINT/SIGTERM handler
 #: ``--proxy`` when not given (serve_app/proxies.py: auto, haproxy, default).
 DEFAULT_PROXY = "default"
@@ -155,46 +156,3 @@ def run_service(
     stop_service(system)
     print("stopped.", file=out, flush=True)
     return 0
-
-
-def read_status(config: PipelineConfig, instance: str) -> dict[str, Any]:
-    """The status document of a running instance, from any shell on the cluster."""
-    import ray
-
-    from driver_review.runtime.names import NAMESPACE
-    from driver_review.runtime.system import System
-    from serve_app.status import collect_status
-
-    if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", namespace=NAMESPACE,
-                 log_to_driver=False)
-    return asyncio.run(collect_status(System.attach(config, instance)))
-
-
-def format_status(status: dict[str, Any]) -> list[str]:
-    lines = [f"instance {status['instance']}: {'ok' if status['ok'] else 'DEGRADED'}"]
-    if status.get("refused"):
-        lines.append(f"  refusing work: {status['refused']}")
-    if status.get("unavailable"):
-        lines.append("  unavailable: " + ", ".join(f"{k} ({v})"
-                                                  for k, v in status["unavailable"].items()))
-    ledger = status.get("ledger") or {}
-    if ledger:
-        lines.append(f"  drivers {ledger.get('drivers')}: in review {ledger.get('in_review')}, "
-                     f"published {ledger.get('published')}, rejected {ledger.get('rejected')}")
-    lines.append(f"  watermark {status.get('watermark')}, oldest review "
-                 f"{(status.get('oldest_review_age_s') or 0):.0f}s ago, "
-                 f"{status.get('leased') or 0} items leased")
-    lines.append(f"  {'stage':<14}{'queued':>8}{'workers':>9}{'in flight':>11}{'held':>6}")
-    for stage, pool in (status.get("pools") or {}).items():
-        queued = (status.get("backlog") or {}).get(stage, {}).get("queued", 0)
-        lines.append(f"  {stage:<14}{queued:>8}{pool['workers']:>9}{pool['in_flight']:>11}"
-                     f"{pool['waiting_for_permit']:>6}")
-    for key, gov in (status.get("governor") or {}).items():
-        lines.append(f"  governor {key}: {gov.get('state')} at {gov.get('rate', 0):.1f}/s, "
-                     f"{gov.get('429s', 0)} 429s")
-    cache = status.get("cache") or {}
-    if cache:
-        lines.append(f"  cache: {cache.get('entries')} entries, hit ratio "
-                     f"{(cache.get('hit_ratio') or 0):.2f}")
-    return lines

@@ -29,10 +29,10 @@ from typing import Any
 import httpx
 import numpy as np
 
-from driver_review.bench.common import free_port
-from driver_review.bench.wrk_load import WrkLoad, run_wrk, wrk_binary, wrk_version
 from driver_review.catalog.models import PingData, WebhookPing
 from driver_review.webhooks import signed_headers
+from jobs.bench.common import free_port
+from jobs.bench.wrk_load import WrkLoad, run_wrk, wrk_binary, wrk_version
 
 WEBHOOK_PATH = "/webhooks/drivers"
 START_TIMEOUT_S = 60.0
@@ -157,7 +157,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen) -> None:
 def plain_server() -> Iterator[str]:
     """The ceiling (:mod:`.plain_asgi`) in a process of its own; yields its webhook URL."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "driver_review.bench.plain_asgi",
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.bench.plain_asgi",
                              "--port", str(port)], env=dict(os.environ),
                             stdin=subprocess.DEVNULL)
     try:

@@ -25,14 +25,14 @@ import httpx
 
 from driver_review.config import load_config
 from driver_review.report import build_report
-from driver_review.service import (
+from driver_review.sim import SimServer, SimSettings
+from serve_app.service import (
     SECRET_ENV,
     admin_url,
     start_service,
     stop_service,
     ui_address,
 )
-from driver_review.sim import SimServer, SimSettings
 
 DEMO_RATE_LIMIT = 150.0  # requests/s the simulated vendor allows (the client is not told)
 CATCH_UP_S = 120.0  # after the updates stop, how long the service may take to finish
@@ -122,7 +122,7 @@ def run_demo(*, duration_s: float, drivers: int, data_dir: str, out: TextIO = sy
 
 
 def _frame(system: Any, sim_url: str, elapsed_s: float, phase: str) -> list[str]:
-    from serve_app.status import collect_status
+    from driver_review.status import collect_status
 
     status = asyncio.run(collect_status(system))
     sim = httpx.get(f"{sim_url}/_sim/stats", timeout=10).json()

@@ -1,5 +1,5 @@
 """One measurement of scenario 6 in a fresh interpreter (so one size's garbage never
-weighs on the next): ``python -m driver_review.bench.ledger_probe --kind ledger|dict
+weighs on the next): ``python -m jobs.bench.ledger_probe --kind ledger|dict
 --drivers N --dir D`` prints one JSON line.
 
 ``ledger``: the product's :class:`~driver_review.ledger.Ledger` inside an

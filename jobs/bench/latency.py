@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from driver_review.bench.common import target
 from driver_review.config import load_config
 from driver_review.results import read_results
+from jobs.bench.common import target
 
 FINAL = ("approved", "rejected")
 

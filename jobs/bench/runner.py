@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from driver_review.bench import chart
-from driver_review.bench.common import FULL, QUICK, UNITS, Context, load_average, rounded, say
 from driver_review.errors import ConfigError
+from jobs.bench import chart
+from jobs.bench.common import FULL, QUICK, UNITS, Context, load_average, rounded, say
 
 SCENARIOS = (
     "utilization", "endpoints", "limiters", "peers", "ceiling", "cache", "latency", "ingress",
@@ -92,7 +92,7 @@ def _machine() -> dict[str, Any]:
 
 
 def _scenario_runners(ctx: Context, selected: list[str]) -> list[tuple[str, Callable]]:
-    from driver_review.bench import (
+    from jobs.bench import (
         ceiling,
         endpoints,
         isolation,

@@ -42,6 +42,6 @@ module per scenario (``utilization``, ``endpoints``, ``peers`` with ``peer_runne
 ``plain_asgi``), ``ledger_scale`` with ``ledger_probe``, ``isolation``), ``chart``.
 """
 
-from driver_review.bench.runner import SCENARIOS, parse_only, run_bench
+from jobs.bench.runner import SCENARIOS, parse_only, run_bench
 
 __all__ = ["SCENARIOS", "parse_only", "run_bench"]

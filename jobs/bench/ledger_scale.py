@@ -14,7 +14,7 @@ import sys
 import tempfile
 from typing import Any
 
-from driver_review.bench.common import Context, ratio, say, target
+from jobs.bench.common import Context, ratio, say, target
 
 PROBE_TIMEOUT_S = 900.0
 KINDS = ("ledger", "dict")
@@ -23,7 +23,7 @@ KINDS = ("ledger", "dict")
 def _probe(kind: str, drivers: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-ledger-") as directory:
         proc = subprocess.run(
-            [sys.executable, "-m", "driver_review.bench.ledger_probe", "--kind", kind,
+            [sys.executable, "-m", "jobs.bench.ledger_probe", "--kind", kind,
              "--drivers", str(drivers), "--dir", directory],
             capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL,
         )

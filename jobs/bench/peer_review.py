@@ -28,7 +28,6 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
-from driver_review.bench.cubic import ClientRateLimiter, standard_delay_s
 from driver_review.catalog.http import HttpCatalog
 from driver_review.catalog.models import (
     CheckResponse,
@@ -41,6 +40,7 @@ from driver_review.checks import build_stage_checks, context_factory, run_stage
 from driver_review.config import CatalogConfig, load_config
 from driver_review.errors import CatalogError, Conflict, NotFound, RateLimited, RetryableError
 from driver_review.quarantine import BadRow
+from jobs.bench.cubic import ClientRateLimiter, standard_delay_s
 
 Policy = Literal["jittered", "botocore"]
 POLICIES: tuple[Policy, ...] = ("jittered", "botocore")

@@ -21,19 +21,19 @@ from typing import Any
 
 import ray
 
-from driver_review.bench.common import CallLog, Context, call_counts, ratio, say
-from driver_review.bench.peer_runners import RAY_DATA_ACTOR_CPUS, RUNNERS
-from driver_review.bench.peer_scoring import (
+from driver_review.catalog.http import HttpCatalog
+from driver_review.catalog.models import DriverSummary
+from driver_review.config import CatalogConfig
+from driver_review.sim import SimServer
+from jobs.bench.common import CallLog, Context, call_counts, ratio, say
+from jobs.bench.peer_runners import RAY_DATA_ACTOR_CPUS, RUNNERS
+from jobs.bench.peer_scoring import (
     peer_error,
     peer_targets,
     pick_best,
     run_error,
 )
-from driver_review.bench.utilization import measure_sweep, sim_settings
-from driver_review.catalog.http import HttpCatalog
-from driver_review.catalog.models import DriverSummary
-from driver_review.config import CatalogConfig
-from driver_review.sim import SimServer
+from jobs.bench.utilization import measure_sweep, sim_settings
 
 #: The settings each peer is tried at (its best counts). Quick runs a smaller grid.
 GRIDS: dict[str, list[dict[str, int]]] = {

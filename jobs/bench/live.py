@@ -29,13 +29,13 @@ from typing import Any
 
 import httpx
 
-from driver_review.bench import ingress as ingress_scenario
-from driver_review.bench.common import SEED, Context, free_port, pipeline_config, ratio, say, target
-from driver_review.bench.latency import latency_figures
 from driver_review.results import read_results
-from driver_review.service import SECRET_ENV, start_service, stop_service
 from driver_review.sim import SimServer, SimSettings
+from jobs.bench import ingress as ingress_scenario
+from jobs.bench.common import SEED, Context, free_port, pipeline_config, ratio, say, target
+from jobs.bench.latency import latency_figures
 from serve_app.proxies import serve_running
+from serve_app.service import SECRET_ENV, start_service, stop_service
 
 PHASES = ("cache", "latency", "ingress")
 LIVE_LATENCY_MS = 10.0

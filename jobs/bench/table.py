@@ -1,6 +1,6 @@
 """The README's benchmark table, rendered from a ``bench.json`` — never typed by hand.
 
-``python -m driver_review.bench.table docs/bench.json --readme README.md`` rewrites the
+``python -m jobs.bench.table docs/bench.json --readme README.md`` rewrites the
 part of the README between ``<!-- bench:start -->`` and ``<!-- bench:end -->``;
 without ``--readme`` it prints the table. A test keeps the README equal to the rendering
 of the committed ``docs/bench.json``, so a figure in the README is always one a run wrote.
@@ -97,7 +97,7 @@ def replace_section(readme: str, table: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m driver_review.bench.table")
+    parser = argparse.ArgumentParser(prog="python -m jobs.bench.table")
     parser.add_argument("bench_json", type=Path)
     parser.add_argument("--readme", type=Path, help="rewrite this README's benchmark table")
     args = parser.parse_args(argv)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from driver_review.bench.common import ratio, target
+from jobs.bench.common import ratio, target
 
 #: Counters in a run's detail that mean some driver was not followed to its end.
 FAILURE_COUNTS = ("abandoned", "crashed", "gave_up", "unfinished")

@@ -14,7 +14,9 @@ import io
 import time
 from typing import Any
 
-from driver_review.bench.common import (
+from driver_review.sim import SimServer, SimSettings
+from driver_review.sweep import Progress, SweepOptions, run_sweep
+from jobs.bench.common import (
     SEED,
     SWEEP_LATENCY_MS,
     CallLog,
@@ -26,8 +28,6 @@ from driver_review.bench.common import (
     say,
     target,
 )
-from driver_review.sim import SimServer, SimSettings
-from driver_review.sweep import Progress, SweepOptions, run_sweep
 
 CALLS_PER_DRIVER_GUESS = 8  # listing share + fetch + checks + one PUT per stage
 MIN_TIMEOUT_S = 300.0  # start-up alone took 100 s on a machine loaded 40 deep

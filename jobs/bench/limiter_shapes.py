@@ -16,7 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from driver_review.bench.common import (
+from driver_review.sim import SimServer, SimSettings
+from driver_review.sweep import Progress, SweepOptions, run_sweep
+from jobs.bench.common import (
     SEED,
     SWEEP_LATENCY_MS,
     CallLog,
@@ -26,9 +28,7 @@ from driver_review.bench.common import (
     say,
     target,
 )
-from driver_review.bench.limiters import HaproxyLimiter, NginxLimiter, missing_binary
-from driver_review.sim import SimServer, SimSettings
-from driver_review.sweep import Progress, SweepOptions, run_sweep
+from jobs.bench.limiters import HaproxyLimiter, NginxLimiter, missing_binary
 
 RATE_PER_S = 60.0  # the nginx figure was measured at 60 r/s
 NGINX_BURST = 12  # 0.2 s at the rate, as the simulator's default bucket

@@ -3,7 +3,7 @@
 It does what the Serve ingress does to a ping before handing it to the orchestrator —
 read the body under the size cap, verify the Standard Webhooks signature
 (:class:`~driver_review.webhooks.Verifier`), validate the body, dedupe by id — and answers
-202. Run as ``python -m driver_review.bench.plain_asgi --port P`` with the secret in
+202. Run as ``python -m jobs.bench.plain_asgi --port P`` with the secret in
 ``DRIVER_REVIEW_WEBHOOK_SECRET``.
 """
 
@@ -17,8 +17,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from driver_review.config import load_config
-from driver_review.service import SECRET_ENV
 from serve_app.dedupe import SeenIds
+from serve_app.service import SECRET_ENV
 from serve_app.webhook import Refused, parse_ping, read_body, verify
 from serve_app.webhook import load_verifier as _load_verifier
 

@@ -25,8 +25,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from driver_review.bench import cpu, two_node
-from driver_review.bench.common import (
+from driver_review.sim import SimServer, SimSettings
+from driver_review.sweep import Progress, SweepOptions, run_sweep
+from jobs.bench import cpu, two_node
+from jobs.bench.common import (
     SEED,
     SWEEP_LATENCY_MS,
     CallLog,
@@ -37,11 +39,9 @@ from driver_review.bench.common import (
     say,
     target,
 )
-from driver_review.bench.peer_runners import run_fanout
-from driver_review.bench.peer_scoring import run_error
-from driver_review.bench.peers import in_review_ids
-from driver_review.sim import SimServer, SimSettings
-from driver_review.sweep import Progress, SweepOptions, run_sweep
+from jobs.bench.peer_runners import run_fanout
+from jobs.bench.peer_scoring import run_error
+from jobs.bench.peers import in_review_ids
 
 QUICK_DRIVERS = 300
 FULL_DRIVERS = 2000
