@@ -27,6 +27,7 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from driver_review.catalog.models import DriverSummary
+from driver_review.errors import first_error
 from driver_review.identifiers import (
     id_problem,
     shown,
@@ -133,14 +134,12 @@ def model_problem(obj: Any, *, now: float,
 
 
 def _classify(exc: ValidationError) -> tuple[str, str]:
-    err = exc.errors(include_url=False)[0]
-    field = str(err["loc"][0]) if err["loc"] else ""
-    where = ".".join(str(p) for p in err["loc"]) or "row"
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    reason = f"{where}: {err['msg']}{more}"
-    if err["type"] == "missing":
+    first = first_error(exc, top="row")
+    field = str(first.loc[0]) if first.loc else ""
+    reason = str(first)
+    if first.type == "missing":
         return "missing_field", reason
-    if err["type"].endswith("_type"):
+    if first.type.endswith("_type"):
         return "wrong_type", reason
     return _FIELD_KINDS.get(field, "bad_row"), reason
 

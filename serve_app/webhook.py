@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from driver_review.catalog.models import DriverRecord, WebhookPing
-from driver_review.errors import ConfigError, SignatureError
+from driver_review.errors import ConfigError, SignatureError, first_error
 from driver_review.identifiers import id_problem, shown, time_problem, version_problem
 from driver_review.ledger import NO_STAGE, Change, Status
 from driver_review.webhooks import Verified, Verifier
@@ -127,12 +127,6 @@ def verify(verifier: Verifier, headers: Mapping[str, str], body: bytes) -> Verif
         raise Refused(401, f"webhook signature: {exc}") from None
 
 
-def _where(loc: Sequence[object]) -> str:
-    # Field names come from our model, but keep the line one line whatever they hold.
-    parts = (str(p) if str(p).isprintable() else shown(p) for p in loc)
-    return ".".join(parts) or "(top level)"
-
-
 def _kind(loc: Sequence[object]) -> str:
     if len(loc) >= 2 and loc[0] == "data":
         return _KIND_OF_FIELD.get(str(loc[1]), "shape")
@@ -147,14 +141,10 @@ def parse_ping(msg_id: str, body: bytes, stages: Sequence[str], *,
     try:
         ping = WebhookPing.model_validate_json(body)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        if any(err["type"] == "json_invalid" for err in errors):
+        if any(err["type"] == "json_invalid" for err in exc.errors(include_url=False)):
             raise Refused(400, "body is not valid JSON", "not_json") from None
-        err = errors[0]
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        # The message only: pydantic's input echo could be megabytes or control characters.
-        raise Refused(422, f"{_where(err['loc'])}: {err['msg']}{more}",
-                      _kind(err["loc"])) from None
+        first = first_error(exc)
+        raise Refused(422, str(first), _kind(first.loc)) from None
     data = ping.data
     if (problem := id_problem(data.id)) is not None:
         raise Refused(422, f"data.id: {problem}", "id")
