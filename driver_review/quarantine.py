@@ -34,8 +34,9 @@ from driver_review.identifiers import (
     time_problem,
     version_problem,
 )
-from driver_review.ledger import NO_STAGE, Change, Status
+from driver_review.ledger import Change
 from driver_review.results import ResultWriter, read_dataset
+from driver_review.wire import change_of
 
 log = logging.getLogger(__name__)
 
@@ -152,9 +153,7 @@ def to_change(stage_names: Sequence[str], obj: Any, *, now: float,
     if problem is not None:
         return bad_row(obj, *problem, source=source, seen_at=now,
                        raw_id=getattr(obj, "id", getattr(obj, "driver_id", None)))
-    stage = NO_STAGE if obj.stage is None else list(stage_names).index(obj.stage)
-    return Change(getattr(obj, "id", None) or obj.driver_id, obj.version, stage,
-                  Status[obj.status.upper()], obj.updated_at.timestamp())
+    return change_of(stage_names, obj)
 
 
 def taken(stage_names: Sequence[str], item: Any, *, now: float, source: str) -> Change | BadRow:

@@ -20,9 +20,10 @@ from pydantic import ValidationError
 
 from driver_review.catalog.models import DriverRecord, WebhookPing
 from driver_review.errors import ConfigError, SignatureError, first_error
-from driver_review.identifiers import id_problem, shown, time_problem, version_problem
-from driver_review.ledger import NO_STAGE, Change, Status
+from driver_review.identifiers import id_problem, time_problem, version_problem
+from driver_review.ledger import Change
 from driver_review.webhooks import Verified, Verifier
+from driver_review.wire import stage_index, status_of
 
 #: Why a well-signed ping's data cannot be taken (``quarantined`` counts by these).
 QUARANTINE_KINDS = ("not_json", "shape", "id", "version", "stage", "time", "record")
@@ -173,14 +174,9 @@ def _change(summary: object, stages: Sequence[str], now: float | None) -> Change
     current = time.time() if now is None else now
     if (problem := time_problem(updated_at, current)) is not None:
         raise Refused(422, f"data.updated_at: {problem}", "time")
-    stage_name: str | None = summary.stage  # type: ignore[attr-defined]
-    if stage_name is None:
-        stage = NO_STAGE
-    elif stage_name in stages:
-        stage = list(stages).index(stage_name)
-    else:
-        raise Refused(422, f"data.stage: unknown stage {shown(stage_name)} (the pipeline "
-                           f"has {', '.join(stages)})", "stage")
-    status: str = summary.status  # type: ignore[attr-defined]
-    return Change(summary.id, version, stage, Status[status.upper()],  # type: ignore[attr-defined]
-                  updated_at)
+    try:  # the model cannot know the stages: the pipeline's list says which exist
+        stage = stage_index(stages, summary.stage)  # type: ignore[attr-defined]
+    except ValueError as exc:
+        raise Refused(422, f"data.stage: {exc}", "stage") from None
+    return Change(summary.id, version, stage,  # type: ignore[attr-defined]
+                  status_of(summary.status), updated_at)  # type: ignore[attr-defined]
