@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from driver_review.auth import AuthConfig, check_environment
-from driver_review.errors import ConfigError
+from driver_review.errors import ConfigError, one_line
 from driver_review.stage_names import migration_problem
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("default_pipeline.yaml")
@@ -211,20 +211,13 @@ class PipelineConfig(_Strict):
         return parse_config(data, source="overrides")
 
 
-def _one_line(exc: ValidationError, source: str) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{source}: {where}: {err['msg']}{more}"
-
-
 def parse_config(data: object, *, source: str = "config") -> PipelineConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_one_line(exc, source)) from None
+        raise ConfigError(one_line(exc, where=source)) from None
 
 
 def load_config(path: str | Path | None = None) -> PipelineConfig:

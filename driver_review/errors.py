@@ -23,9 +23,20 @@
 
 A ``RetryableError`` that escapes the client has exhausted its attempts: the caller records
 the check or decision as ``error`` and it is retried later, never taken for a verdict.
+
+Two helpers keep every HTTP client and every validator saying things the same way:
+:func:`error_for_status` is the one map from an HTTP status to the tree above (the catalog
+client and the http checks both use it), and :func:`one_line` / :func:`first_error` turn a
+pydantic validation error into the one line that names the field.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from driver_review.identifiers import shown
 
 
 class DriverReviewError(Exception):
@@ -124,6 +135,68 @@ class TransportError(RetryableError):
 
 class MalformedResponse(RetryableError):
     """The body does not parse, or does not have the shape the contract promises."""
+
+
+def error_for_status(
+    status: int, message: str, *, route: str | None = None, retry_after_s: float | None = None,
+) -> CatalogError:
+    """The error for a non-2xx answer: the one status map of driver-review.
+
+    429 → :class:`RateLimited`, 5xx → :class:`ServerError` (both carry the server's
+    ``retry_after_s``), 404 → :class:`NotFound`, 409 → :class:`Conflict` (the resource
+    moved on: a conflict, not a malformed request), other 4xx → :class:`BadRequest`;
+    anything else (1xx, 3xx) is not an answer the contract allows: :class:`MalformedResponse`.
+    """
+    if status == 429:
+        return RateLimited(message, status=status, route=route, retry_after_s=retry_after_s)
+    if 500 <= status < 600:
+        return ServerError(message, status=status, route=route, retry_after_s=retry_after_s)
+    if status == 404:
+        return NotFound(message, status=status, route=route)
+    if status == 409:
+        return Conflict(message, status=status, route=route)
+    if 400 <= status < 500:
+        return BadRequest(message, status=status, route=route)
+    return MalformedResponse(f"{message} (unexpected status)", status=status, route=route)
+
+
+class _HasErrors(Protocol):
+    """A pydantic ``ValidationError`` or FastAPI's ``RequestValidationError``."""
+
+    def errors(self) -> Sequence[Any]: ...
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """The first error of a validation, as one line's parts."""
+
+    loc: tuple[str | int, ...]  # pydantic's location, as it gave it
+    path: str  # the location dotted (``top`` when the whole value failed), one line
+    message: str  # pydantic's message, with "(and N more)" when there are others
+    type: str  # pydantic's error type, e.g. "missing", "int_type"
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def first_error(exc: _HasErrors, *, top: str = "(top level)") -> FieldError:
+    """The first error of ``exc``, never echoing the input (it could be megabytes or hold
+    control characters); a location part that is not printable (a key of a dict the
+    sender chose) is shown escaped, so the line stays one line."""
+    errors = exc.errors()
+    err = errors[0] if errors else {"loc": (), "msg": "invalid", "type": "value_error"}
+    loc = tuple(err.get("loc") or ())
+    parts = (str(p) if str(p).isprintable() else shown(p) for p in loc)
+    message = " ".join(str(err.get("msg", "invalid")).split())
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more)"
+    return FieldError(loc, ".".join(parts) or top, message, str(err.get("type", "")))
+
+
+def one_line(exc: _HasErrors, *, where: str | None = None, top: str = "(top level)") -> str:
+    """``[where: ]<field>: <message>[ (and N more)]``: the one line every bad input gets."""
+    line = str(first_error(exc, top=top))
+    return f"{where}: {line}" if where else line
 
 
 def _rebuild(cls: type[Exception], args: tuple, attrs: dict) -> Exception:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from driver_review import wire
 from driver_review.backlog import ITEM_SCHEMA, Lane, StageBacklog
 from driver_review.config import PipelineConfig
 from driver_review.errors import IntakeFull
@@ -134,7 +135,6 @@ class OrchestratorCore:
         self.window = config.window
         self.clock = clock
         self.stages = config.stage_names
-        self._stage_index = {name: i for i, name in enumerate(self.stages)}
         self.ledger = ledger if ledger is not None else Ledger()
         self.backlogs = {
             s: StageBacklog(s, batch_size=self.window.batch_size,
@@ -160,15 +160,10 @@ class OrchestratorCore:
 
     # -- names ------------------------------------------------------------------------
     def stage_index(self, stage: str | None) -> int:
-        if stage is None:
-            return NO_STAGE
-        try:
-            return self._stage_index[stage]
-        except KeyError:
-            raise ValueError(f"unknown stage {stage!r}; the pipeline has {self.stages}") from None
+        return wire.stage_index(self.stages, stage)
 
     def stage_name(self, index: int) -> str | None:
-        return None if index == NO_STAGE else self.stages[index]
+        return wire.stage_name(self.stages, index)
 
     # -- intake -----------------------------------------------------------------------
     def queued(self) -> int:
@@ -253,8 +248,8 @@ class OrchestratorCore:
         if n <= 0:
             return []
         now = self.clock()
-        backlog = self.backlogs[stage]
-        stage_idx = self._stage_index[stage]
+        backlog = self.backlogs[stage]  # a KeyError for an unknown stage, as before
+        stage_idx = self.stage_index(stage)
         segments = backlog.take(n, now, keep=lambda rows, lane: self._keep(rows, lane, stage_idx))
         leases = []
         for seg in segments:
@@ -330,7 +325,7 @@ class OrchestratorCore:
                     row, version=out.version, stage=stage, verdict=out.verdict,
                     reviewed_at=now, retry_backoff_s=ERROR_RETRY_BASE_S,
                 )
-                name = out.verdict.name.lower()
+                name = wire.text_of(out.verdict, Verdict)
                 self.counters.verdicts[name] = self.counters.verdicts.get(name, 0) + 1
                 by_stage = self.counters.verdicts_by_stage.setdefault(out.stage, {})
                 by_stage[name] = by_stage.get(name, 0) + 1
@@ -552,9 +547,3 @@ def _invalid(ch: Change, stages: int, now: float) -> tuple[str, str] | None:
     return None
 
 
-def change_of(stage_names: Sequence[str], summary: Any) -> Change:
-    """A :class:`Change` from anything shaped like a catalog summary: a ``DriverSummary``
-    (listing, changes), a ping's data, a ``DriverRecord``."""
-    stage = NO_STAGE if summary.stage is None else list(stage_names).index(summary.stage)
-    return Change(summary.id, summary.version, stage, Status[summary.status.upper()],
-                  summary.updated_at.timestamp())

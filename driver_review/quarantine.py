@@ -27,14 +27,16 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from driver_review.catalog.models import DriverSummary
+from driver_review.errors import first_error
 from driver_review.identifiers import (
     id_problem,
     shown,
     time_problem,
     version_problem,
 )
-from driver_review.ledger import NO_STAGE, Change, Status
+from driver_review.ledger import Change
 from driver_review.results import ResultWriter, read_dataset
+from driver_review.wire import change_of
 
 log = logging.getLogger(__name__)
 
@@ -133,14 +135,12 @@ def model_problem(obj: Any, *, now: float,
 
 
 def _classify(exc: ValidationError) -> tuple[str, str]:
-    err = exc.errors(include_url=False)[0]
-    field = str(err["loc"][0]) if err["loc"] else ""
-    where = ".".join(str(p) for p in err["loc"]) or "row"
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    reason = f"{where}: {err['msg']}{more}"
-    if err["type"] == "missing":
+    first = first_error(exc, top="row")
+    field = str(first.loc[0]) if first.loc else ""
+    reason = str(first)
+    if first.type == "missing":
         return "missing_field", reason
-    if err["type"].endswith("_type"):
+    if first.type.endswith("_type"):
         return "wrong_type", reason
     return _FIELD_KINDS.get(field, "bad_row"), reason
 
@@ -153,9 +153,7 @@ def to_change(stage_names: Sequence[str], obj: Any, *, now: float,
     if problem is not None:
         return bad_row(obj, *problem, source=source, seen_at=now,
                        raw_id=getattr(obj, "id", getattr(obj, "driver_id", None)))
-    stage = NO_STAGE if obj.stage is None else list(stage_names).index(obj.stage)
-    return Change(getattr(obj, "id", None) or obj.driver_id, obj.version, stage,
-                  Status[obj.status.upper()], obj.updated_at.timestamp())
+    return change_of(stage_names, obj)
 
 
 def taken(stage_names: Sequence[str], item: Any, *, now: float, source: str) -> Change | BadRow:

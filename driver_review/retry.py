@@ -1,7 +1,9 @@
 """What a server says about when to come back, and how long to wait when it says nothing.
 
 - :func:`parse_retry_after` reads ``Retry-After`` (RFC 9110 §10.2.3): delay-seconds or an
-  HTTP-date; anything else is ignored (``None``), as the RFC asks of a recipient.
+  HTTP-date; anything else is ignored (``None``), as the RFC asks of a recipient. It is
+  the one reader of the header (clients, governor, probe, the simulator's webhook
+  sender); a caller that honours less than a day passes its own ``max_s``.
 - :class:`Backoff` is exponential backoff with *full jitter*
   (``uniform(0, min(cap, base * 2**attempt))``): spreading retries over the whole interval
   keeps many clients that failed together from retrying together.
@@ -36,20 +38,26 @@ _ASCTIME = "%a %b %d %H:%M:%S %Y"
 MAX_RETRY_AFTER_S = 86_400.0
 
 
-def parse_retry_after(value: str | None, now: float) -> float | None:
+def parse_retry_after(
+    value: str | None, now: float, *, max_s: float = MAX_RETRY_AFTER_S
+) -> float | None:
     """Seconds to wait from ``now`` (Unix time, for HTTP-dates); ``None`` if unusable.
 
-    A date in the past gives ``0.0``; a value beyond a day is capped at a day.
+    A date in the past gives ``0.0``; a value beyond ``max_s`` (a day unless the caller
+    honours less) is capped at ``max_s``. Negative, exponent, ``inf``/``nan`` forms are
+    not delay-seconds: ignored like any other unreadable value.
     """
+    if not max_s > 0:  # also refuses nan
+        raise ValueError(f"max_s must be > 0 seconds, got {max_s!r}")
     if value is None:
         return None
     m = _DELTA_SECONDS.match(value)
     if m is not None:
-        return min(float(m.group(1)), MAX_RETRY_AFTER_S)
+        return min(float(m.group(1)), max_s)
     when = _parse_http_date(value.strip())
     if when is None:
         return None
-    return min(max(0.0, when - now), MAX_RETRY_AFTER_S)
+    return min(max(0.0, when - now), max_s)
 
 
 def _parse_http_date(value: str) -> float | None:

@@ -39,9 +39,7 @@ from driver_review.ledger import Change, Verdict
 from driver_review.orchestrator import ItemResult
 from driver_review.quarantine import BadRow, to_change
 from driver_review.results import ResultRow
-
-_VERDICTS = {"approved": Verdict.APPROVED, "rejected": Verdict.REJECTED, "error": Verdict.ERROR}
-_LANES = {Lane.FRESH: "fresh", Lane.STALE: "stale"}
+from driver_review.wire import text_of, verdict_of
 
 
 class Decider(Protocol):
@@ -147,7 +145,7 @@ async def review_one(reviewer: Reviewer, item: dict[str, Any], got: Fetched) -> 
             # aside until the catalog's row changes.
             after, bad = (None, answered) if isinstance(answered, BadRow) else (answered, None)
     row = _row(r, item, verdict, result.reasons, checks, started)
-    return Reviewed(ItemResult(driver_id, version, stage, _VERDICTS[verdict], after, bad), row,
+    return Reviewed(ItemResult(driver_id, version, stage, verdict_of(verdict), after, bad), row,
                     verdict)
 
 
@@ -181,5 +179,5 @@ def _row(
         driver_id=item["driver_id"], version=item["version"], stage=item["stage"],
         verdict=verdict, reasons=reasons, checks=checks, reviewed_at=now,
         queued_at=item["enqueued_at"], duration_s=now - started,
-        lane=_LANES.get(item["lane"], "fresh"), worker=r.worker,
+        lane=text_of(item["lane"], Lane), worker=r.worker,
     )

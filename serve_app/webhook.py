@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from driver_review.catalog.models import DriverRecord, WebhookPing
-from driver_review.errors import ConfigError, Refused, SignatureError
-from driver_review.identifiers import id_problem, shown, time_problem, version_problem
-from driver_review.ledger import NO_STAGE, Change, Status
+from driver_review.errors import ConfigError, Refused, SignatureError, first_error
+from driver_review.identifiers import id_problem, time_problem, version_problem
+from driver_review.ledger import Change
 from driver_review.webhooks import Verified, Verifier
+from driver_review.wire import stage_index, status_of
 
 #: Why a well-signed ping's data cannot be taken (``quarantined`` counts by these).
 QUARANTINE_KINDS = ("not_json", "shape", "id", "version", "stage", "time", "record")
@@ -116,12 +117,6 @@ def verify(verifier: Verifier, headers: Mapping[str, str], body: bytes) -> Verif
         raise Refused(401, f"webhook signature: {exc}") from None
 
 
-def _where(loc: Sequence[object]) -> str:
-    # Field names come from our model, but keep the line one line whatever they hold.
-    parts = (str(p) if str(p).isprintable() else shown(p) for p in loc)
-    return ".".join(parts) or "(top level)"
-
-
 def _kind(loc: Sequence[object]) -> str:
     if len(loc) >= 2 and loc[0] == "data":
         return _KIND_OF_FIELD.get(str(loc[1]), "shape")
@@ -136,14 +131,10 @@ def parse_ping(msg_id: str, body: bytes, stages: Sequence[str], *,
     try:
         ping = WebhookPing.model_validate_json(body)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        if any(err["type"] == "json_invalid" for err in errors):
+        if any(err["type"] == "json_invalid" for err in exc.errors(include_url=False)):
             raise Refused(400, "body is not valid JSON", "not_json") from None
-        err = errors[0]
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        # The message only: pydantic's input echo could be megabytes or control characters.
-        raise Refused(422, f"{_where(err['loc'])}: {err['msg']}{more}",
-                      _kind(err["loc"])) from None
+        first = first_error(exc)
+        raise Refused(422, str(first), _kind(first.loc)) from None
     data = ping.data
     if (problem := id_problem(data.id)) is not None:
         raise Refused(422, f"data.id: {problem}", "id")
@@ -172,14 +163,9 @@ def _change(summary: object, stages: Sequence[str], now: float | None) -> Change
     current = time.time() if now is None else now
     if (problem := time_problem(updated_at, current)) is not None:
         raise Refused(422, f"data.updated_at: {problem}", "time")
-    stage_name: str | None = summary.stage  # type: ignore[attr-defined]
-    if stage_name is None:
-        stage = NO_STAGE
-    elif stage_name in stages:
-        stage = list(stages).index(stage_name)
-    else:
-        raise Refused(422, f"data.stage: unknown stage {shown(stage_name)} (the pipeline "
-                           f"has {', '.join(stages)})", "stage")
-    status: str = summary.status  # type: ignore[attr-defined]
-    return Change(summary.id, version, stage, Status[status.upper()],  # type: ignore[attr-defined]
-                  updated_at)
+    try:  # the model cannot know the stages: the pipeline's list says which exist
+        stage = stage_index(stages, summary.stage)  # type: ignore[attr-defined]
+    except ValueError as exc:
+        raise Refused(422, f"data.stage: {exc}", "stage") from None
+    return Change(summary.id, version, stage,  # type: ignore[attr-defined]
+                  status_of(summary.status), updated_at)  # type: ignore[attr-defined]

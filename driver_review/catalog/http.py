@@ -59,14 +59,13 @@ from driver_review.config import CatalogConfig
 from driver_review.errors import (
     BadRequest,
     CatalogError,
-    Conflict,
     MalformedResponse,
     NotFound,
-    RateLimited,
     ResponseTooLarge,
     RetryableError,
-    ServerError,
     TransportError,
+    error_for_status,
+    one_line,
 )
 from driver_review.identifiers import redact_httpx_logs, redact_in, shown
 from driver_review.quarantine import BadRow, bad_row, model_problem, summary_problem
@@ -389,17 +388,7 @@ class HttpCatalog:
         retry_after_s = parse_retry_after(resp.headers.get("retry-after"), self._wall_clock())
         detail = f"{status} {resp.reason_phrase}{_detail(resp)} {of}".replace("  ", " ")
         message = f"{what}: {detail}"
-        if status == 429:
-            raise RateLimited(message, status=status, route=route, retry_after_s=retry_after_s)
-        if status >= 500:
-            raise ServerError(message, status=status, route=route, retry_after_s=retry_after_s)
-        if status == 404:
-            raise NotFound(message, status=status, route=route)
-        if status == 409:
-            raise Conflict(message, status=status, route=route)
-        if 400 <= status < 500:
-            raise BadRequest(message, status=status, route=route)
-        raise MalformedResponse(f"{what}: unexpected status {detail}", status=status, route=route)
+        raise error_for_status(status, message, route=route, retry_after_s=retry_after_s)
 
     def _record(self, route: str, outcome: str, elapsed_s: float) -> None:
         self._calls.setdefault(route, Counter())[outcome] += 1
@@ -427,10 +416,8 @@ def _model(model: type[M]) -> Callable[[httpx.Response, str], M]:
         try:
             return model.model_validate_json(resp.content)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "body"
             raise MalformedResponse(
-                f"{what}: body is not a valid {model.__name__} ({where}: {err['msg']})"
+                f"{what}: body is not a valid {model.__name__} ({one_line(exc, top='body')})"
             ) from exc
 
     return parse

@@ -28,12 +28,11 @@ from driver_review.catalog.base import Limiter
 from driver_review.catalog.models import DriverRecord
 from driver_review.checks.base import CheckContext, Outcome
 from driver_review.errors import (
-    BadRequest,
     MalformedResponse,
-    NotFound,
     RateLimited,
-    ServerError,
     TransportError,
+    error_for_status,
+    one_line,
 )
 from driver_review.identifiers import endpoint_key, redact_httpx_logs, redact_url
 from driver_review.retry import parse_retry_after
@@ -145,21 +144,15 @@ class HttpCheck:
         msg = f"{self._where}: HTTP {status}"
         if not 200 <= status < 300:
             retry_after_s = parse_retry_after(resp.headers.get("retry-after"), time.time())
-            if status == 429 or (status == 503 and retry_after_s is not None):
+            if status == 503 and retry_after_s is not None:
+                # The endpoint says when to come back: waited out like a 429 (the loop in
+                # ``__call__``), not an answer and not yet a failure.
                 raise RateLimited(msg, status=status, retry_after_s=retry_after_s)
-            if status >= 500:
-                raise ServerError(msg, status=status)
-            if status == 404:
-                raise NotFound(msg, status=status)
-            if 400 <= status < 500:
-                raise BadRequest(msg, status=status)
-            raise MalformedResponse(f"{msg} (unexpected)", status=status)
+            raise error_for_status(status, msg, retry_after_s=retry_after_s)
         try:
             answer = _Answer.model_validate_json(resp.content)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(str(p) for p in err["loc"]) or "body"
             raise MalformedResponse(
-                f"{self._where}: answer {field}: {err['msg']}", status=status
+                f"{self._where}: answer {one_line(exc, top='body')}", status=status
             ) from None
         return Outcome(answer.passed, answer.reason, answer.details)

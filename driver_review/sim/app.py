@@ -26,6 +26,7 @@ from driver_review.catalog.models import (
     Page,
     UtcDatetime,
 )
+from driver_review.errors import first_error
 from driver_review.sim.auth import TOKEN_PATH, AuthGate, TokenIssuer, token_form
 from driver_review.sim.badrows import BadRows
 from driver_review.sim.edge import Edge, Limits
@@ -51,15 +52,16 @@ Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="page size")]
 
 
 def _one_line(exc: RequestValidationError) -> str:
-    err = exc.errors()[0]
-    where, *rest = (*err["loc"], "")
+    # FastAPI's location starts with where the value was (body, query, ...): named first.
+    first = first_error(exc)
+    where, *rest = (*first.loc, "")
     name = ".".join(str(p) for p in rest if p != "")
     kind = {"query": "query parameter", "path": "path parameter", "header": "header"}
     if where == "body":
         label = f"body field {name!r}" if name else "body"
     else:
         label = f"{kind.get(str(where), str(where))} {name!r}"
-    return f"{label}: {err['msg']}"
+    return f"{label}: {first.message}"
 
 
 def create_app(

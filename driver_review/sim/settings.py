@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from driver_review import env
-from driver_review.errors import ConfigError
+from driver_review.errors import ConfigError, first_error
 from driver_review.webhooks import decode_secret
 
 Share = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -158,12 +158,11 @@ class SettingError(ConfigError):
 
     @classmethod
     def from_validation(cls, exc: ValidationError) -> SettingError:
-        err = exc.errors()[0]
-        problem = str(err["msg"]).removeprefix("Value error, ")
-        field = ".".join(str(p) for p in err["loc"])
+        first = first_error(exc, top="")
+        # A flag's user wants the problem, not pydantic's class of it.
+        problem = first.message.removeprefix("Value error, ")
+        field = first.path
         if not field and ": " in problem:
             # A model-level check names its field at the start of its message.
             field, problem = problem.split(": ", 1)
-        if exc.error_count() > 1:
-            problem += f" (and {exc.error_count() - 1} more)"
         return cls(field or "(settings)", problem)

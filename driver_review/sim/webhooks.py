@@ -16,11 +16,11 @@ import random
 import time
 import uuid
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 
 import httpx
 
 from driver_review.catalog.models import DriverRecord, PingData, WebhookPing
+from driver_review.retry import parse_retry_after
 from driver_review.sim.stats import SimStats
 from driver_review.webhooks import signed_headers
 
@@ -33,24 +33,6 @@ RETRY_AFTER_MAX_S = 60.0  # a receiver asking for more is waited on for this lon
 TIMEOUT_S = 5.0
 #: 4xx answers that mean "later", not "never".
 RETRYABLE_4XX = frozenset({408, 425, 429})
-
-
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` value (delta-seconds or HTTP-date)."""
-    if value is None or not value.strip():
-        return None
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(text)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    return min(max(seconds, 0.0), RETRY_AFTER_MAX_S)
 
 
 def ping_body(record: DriverRecord, *, fat: bool = False, thin: bool = False) -> bytes:
@@ -185,7 +167,8 @@ class WebhookSender:
                 hinted = None
                 if status == 429:
                     counts["rate_limited"] += 1
-                    hinted = parse_retry_after(response.headers.get("retry-after"))
+                    hinted = parse_retry_after(response.headers.get("retry-after"), time.time(),
+                                               max_s=RETRY_AFTER_MAX_S)
                 delay = hinted if hinted is not None else self._backoff_s(attempt)
             if attempt < self.max_attempts:
                 await asyncio.sleep(delay)

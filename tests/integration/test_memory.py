@@ -10,11 +10,11 @@ import pytest
 
 from driver_review.backlog import Lane
 from driver_review.config import load_config, parse_config
-from driver_review.orchestrator import change_of
 from driver_review.runtime.clients import make_catalog
 from driver_review.runtime.system import start_system, stop_system
 from driver_review.sim import SimSettings
 from driver_review.sweep import INTAKE_CHUNK
+from driver_review.wire import change_of
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 

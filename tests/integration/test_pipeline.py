@@ -87,8 +87,8 @@ async def _watch_pool(system, stage: str, until, timeout_s: float) -> list[dict]
 
 
 async def _feed_all(system, url: str) -> int:
-    from driver_review.orchestrator import change_of
     from driver_review.runtime.clients import make_catalog
+    from driver_review.wire import change_of
 
     catalog, _ = make_catalog(system.config, system.instance)
     changes = [change_of(system.config.stage_names, s) async for s in catalog.iter_drivers()]

@@ -17,11 +17,12 @@ import pytest
 from driver_review.catalog.models import DecisionRequest, DriverRecord
 from driver_review.checks.builtin import hardware_ids_valid, metadata_complete, version_increases
 from driver_review.config import load_config
+from driver_review.retry import parse_retry_after
 from driver_review.sim import data
 from driver_review.sim.changelog import ChangeLog
 from driver_review.sim.ratelimit import TokenBucket, ratelimit_headers, retry_after
 from driver_review.sim.state import CatalogState
-from driver_review.sim.webhooks import parse_retry_after
+from driver_review.sim.webhooks import RETRY_AFTER_MAX_S
 from driver_review.sim.wire import ConflictError, NotFoundError, etag_matches
 
 APPROVE = DecisionRequest(verdict="approved")
@@ -343,8 +344,11 @@ def test_retry_after_and_ratelimit_header_formats() -> None:
     assert TokenBucket(10.0, 50).policy() == (50, 5)
 
 
-def test_parse_retry_after_both_forms() -> None:
-    assert parse_retry_after("3") == 3.0
-    assert parse_retry_after("Tue, 14 Nov 2023 22:13:22 GMT", now=1_700_000_000.0) == 2.0
-    assert parse_retry_after("soon") is None and parse_retry_after(None) is None
-    assert parse_retry_after("99999") == 60.0
+def test_the_webhook_senders_retry_after_is_the_shared_parser_capped_at_a_minute() -> None:
+    def sender(value: str | None, now: float = 1_700_000_000.0) -> float | None:
+        return parse_retry_after(value, now, max_s=RETRY_AFTER_MAX_S)
+
+    assert sender("3") == 3.0
+    assert sender("Tue, 14 Nov 2023 22:13:22 GMT") == 2.0
+    assert sender("soon") is None and sender(None) is None
+    assert sender("99999") == 60.0
