@@ -23,8 +23,10 @@ from driver_review.sim import SimSettings
 from driver_review.snapshot import SnapshotStore
 from driver_review.sweep import SweepOptions, run_sweep
 from driver_review.warmstart import LearntStore
-from tests.faults.helpers import converged, diverged, fast_config, start_live, wait_until
 from tests.faults.s3 import S3Server, moto_server
+from tests.support.configs import fast_config
+from tests.support.live import converged, diverged, start_live
+from tests.support.wait import poll_until
 
 
 @pytest.fixture(scope="module")
@@ -207,9 +209,9 @@ def test_orchestrator_recovers_from_a_snapshot_on_s3(sim_factory, s3_dir, serve_
     live = start_live(sim_factory, uri, drivers=300, update_rate=20.0, seed=12)
     name = live.system.orchestrator.name
     instance = live.system.instance
-    assert wait_until(lambda: live.stats()["webhooks"].get("delivered", 0) > 0, 60)
+    assert poll_until(lambda: live.stats()["webhooks"].get("delivered", 0) > 0, 60)
     # The bootstrap snapshot is written as soon as the listing is held.
-    assert wait_until(lambda: live.system.orchestrator.call_sync("stats")
+    assert poll_until(lambda: live.system.orchestrator.call_sync("stats")
                       ["snapshots_written"] >= 2, 60)
     resume_s: list[float] = []
     restored: list[str] = []
@@ -225,11 +227,11 @@ def test_orchestrator_recovers_from_a_snapshot_on_s3(sim_factory, s3_dir, serve_
             except Exception:
                 return False
 
-        assert wait_until(back, 60, every_s=0.05), "the orchestrator did not come back"
+        assert poll_until(back, 60, every_s=0.05), "the orchestrator did not come back"
         resume_s.append(time.monotonic() - killed)
         restored.append(live.system.orchestrator.call_sync("stats")["restored_from"])
     httpx.post(f"{live.sim.url}/_sim/pause", timeout=60)
-    ok = wait_until(lambda: converged(live.sim), 240)
+    ok = poll_until(lambda: converged(live.sim), 240)
     stats = live.stats()
     wrong = [] if ok else diverged(live.sim, live.system.orchestrator)
     live.stop()

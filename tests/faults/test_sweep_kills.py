@@ -28,7 +28,7 @@ import yaml
 
 from driver_review.config import load_config
 from driver_review.sim import SimServer, SimSettings
-from tests.integration.cluster import RAY, REPO, VENV_BIN, Cluster, ray_head
+from tests.support.cluster import RAY, REPO, VENV_BIN, Cluster, ray_head
 from tests.support.wait import poll_until
 
 pytestmark = [pytest.mark.slow]

@@ -30,13 +30,14 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from cluster import RAY, REPO, VENV_BIN, Cluster, free_ports, ray_head, ray_worker
 
 from driver_review.cli import build_parser
 from driver_review.config import load_config
 from driver_review.results import read_results
 from driver_review.sim import SimSettings
 from serve_app.app import IngressArgs
+from tests.support.cluster import RAY, REPO, VENV_BIN, Cluster, ray_head, ray_worker
+from tests.support.net import free_ports
 from tests.support.wait import wait_until
 
 HEAD_RESOURCE = "driver_review_head"
@@ -407,7 +408,7 @@ def test_two_nodes_sweep_job_and_service(sim_factory, tmp_path) -> None:
         times["job"] = time.monotonic() - t_job
 
         secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
-        port, admin_port = free_ports(2)
+        port, admin_port = free_ports(2, host="")
         url = f"http://127.0.0.1:{port}"
         service_sim = sim_factory(SimSettings(
             drivers=SERVICE_DRIVERS, seed=11, update_rate=2.0,

@@ -27,7 +27,7 @@ from driver_review.runtime.system import System
 from driver_review.service import SECRET_ENV, admin_url, start_service, stop_service, ui_address
 from driver_review.sim import SimServer, SimSettings
 from serve_app.admin import ADMIN_TOKEN_ENV
-from tests.cdp import Browser, chromium_binary
+from tests.support.cdp import Browser, chromium_binary
 from tests.support.net import free_port
 
 pytestmark = pytest.mark.ray
