@@ -20,7 +20,7 @@ from driver_review.governor import RateGovernor
 from driver_review.identifiers import endpoint_key
 from driver_review.limiter import LocalLimiter
 from tests.support.check_server import CheckServer
-from tests.unit.test_checks import FakeCatalog, make_driver
+from tests.support.fakes import FakeCatalog, make_driver
 
 TOKEN = "tok-" + "x7Qp2" * 6  # what a scan of errors must never find
 
