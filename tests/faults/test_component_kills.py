@@ -9,7 +9,6 @@ import time
 import httpx
 import pytest
 import ray
-from ray import serve
 
 from driver_review.config import load_config
 from driver_review.results import read_results
@@ -20,12 +19,6 @@ from tests.support.live import converged, diverged, start_live
 from tests.support.wait import poll_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
-
-
-@pytest.fixture
-def serve_cleanup():
-    yield
-    serve.shutdown()
 
 
 def _victims(live, rng: random.Random) -> str:

@@ -14,7 +14,6 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 import ray
-from ray import serve
 
 from driver_review.ledger import Change, Ledger, Status, Verdict
 from driver_review.results import ResultRow, ResultWriter, read_results, resolve
@@ -40,12 +39,6 @@ def s3_dir(s3: S3Server) -> tuple[str, str]:
     """``(uri, bucket/prefix)`` of an empty data dir in a bucket of this test's own."""
     bucket = s3.create_bucket()
     return s3.uri(bucket, "data"), f"{bucket}/data"
-
-
-@pytest.fixture
-def serve_cleanup() -> Iterator[None]:
-    yield
-    serve.shutdown()
 
 
 def _row(i: int, verdict: str = "approved") -> ResultRow:

@@ -11,18 +11,11 @@ import time
 import httpx
 import pytest
 import ray
-from ray import serve
 
 from tests.support.live import converged, diverged, start_live
 from tests.support.wait import poll_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
-
-
-@pytest.fixture
-def serve_cleanup():
-    yield
-    serve.shutdown()
 
 
 @pytest.mark.timeout(400)

@@ -37,6 +37,7 @@ from driver_review.webhooks import signed_headers
 from serve_app.app import IngressArgs, build_app
 from serve_app.webhook import load_verifier
 from tests.support.net import free_port
+from tests.support.serve import shutdown_serve, start_serve
 from tests.support.wait import wait_until
 
 # Ray starts (once per session) through the serve_url fixture; the pure tests need none.
@@ -126,10 +127,8 @@ def _start(data_dir: str, config: PipelineConfig, name: str) -> System:
 
 @pytest.fixture(scope="module")
 def serve_url(ray_session: None) -> Iterator[str]:
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    yield f"http://127.0.0.1:{port}"
-    serve.shutdown()
+    yield start_serve()
+    shutdown_serve()
 
 
 @pytest.fixture(scope="module")

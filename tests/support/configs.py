@@ -40,9 +40,11 @@ def sweep_config(url: str) -> PipelineConfig:
                       results={"rollover_s": 2.0})
 
 
-def service_config(url: str, **window: Any) -> PipelineConfig:
+def service_config(url: str, *, catalog: Mapping[str, Any] | None = None,
+                   **window: Any) -> PipelineConfig:
     """A served pipeline's pace: one-second buckets, 30 s leases, batches of 16, results
     rolled over every second."""
     return config_for(
-        url, window=dict(bucket_s=1.0, lease_s=30.0, batch_size=16, skew_overlap_s=2.0)
-        | window, results={"rollover_s": 1.0})
+        url, catalog=catalog,
+        window=dict(bucket_s=1.0, lease_s=30.0, batch_size=16, skew_overlap_s=2.0) | window,
+        results={"rollover_s": 1.0})
