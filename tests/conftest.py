@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from driver_review.sim import SimServer, SimSettings
+from tests.support.serve import shutdown_serve
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +45,10 @@ def sim_factory() -> Iterator[Callable[..., SimServer]]:
     yield start
     for server in reversed(started):
         server.stop()
+
+
+@pytest.fixture
+def serve_cleanup() -> Iterator[None]:
+    """Shut Serve down after the test (a live service deploys its ingress on it)."""
+    yield
+    shutdown_serve()

@@ -26,7 +26,7 @@ from urllib.parse import quote
 import httpx
 import pyarrow.fs as pafs
 
-from tests.faults.helpers import free_port
+from tests.support.net import free_port
 
 HOST = "127.0.0.1"
 ACCESS_KEY = "testing"

@@ -9,22 +9,16 @@ import time
 import httpx
 import pytest
 import ray
-from ray import serve
 
 from driver_review.config import load_config
 from driver_review.results import read_results
 from driver_review.runtime.names import NAMESPACE
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions, run_sweep
-from tests.faults.helpers import converged, diverged, start_live, wait_until
+from tests.support.live import converged, diverged, start_live
+from tests.support.wait import poll_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
-
-
-@pytest.fixture
-def serve_cleanup():
-    yield
-    serve.shutdown()
 
 
 def _victims(live, rng: random.Random) -> str:
@@ -42,7 +36,7 @@ def test_random_worker_cache_and_governor_kills_lose_nothing(
     live = start_live(sim_factory, str(tmp_path), drivers=400, update_rate=25.0, seed=12)
     rng = random.Random(12)
     killed: list[str] = []
-    wait_until(lambda: live.stats()["webhooks"].get("delivered", 0) > 0, 60)
+    poll_until(lambda: live.stats()["webhooks"].get("delivered", 0) > 0, 60)
     for _ in range(12):  # bounded: twelve kills, 1-3 s apart
         time.sleep(rng.uniform(1.0, 3.0))
         name = _victims(live, rng)
@@ -52,7 +46,7 @@ def test_random_worker_cache_and_governor_kills_lose_nothing(
         except ValueError:  # a worker the pool just retired
             continue
     httpx.post(f"{live.sim.url}/_sim/pause", timeout=10)
-    ok = wait_until(lambda: converged(live.sim), 240)
+    ok = poll_until(lambda: converged(live.sim), 240)
     stats = live.stats()
     wrong = [] if ok else diverged(live.sim, live.system.orchestrator)
     live.stop()

@@ -8,18 +8,12 @@ import time
 import httpx
 import pytest
 import ray
-from ray import serve
 
 from driver_review.runtime.names import NAMESPACE
-from tests.faults.helpers import converged, diverged, start_live, wait_until
+from tests.support.live import converged, diverged, start_live
+from tests.support.wait import poll_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
-
-
-@pytest.fixture
-def serve_cleanup():
-    yield
-    serve.shutdown()
 
 
 @pytest.mark.timeout(600)
@@ -28,7 +22,7 @@ def test_ten_orchestrator_kills_lose_nothing(sim_factory, tmp_path, serve_cleanu
     name = live.system.orchestrator.name
     rng = random.Random(8)
     resume_s: list[float] = []
-    wait_until(lambda: live.stats()["webhooks"].get("delivered", 0) > 0, 60)
+    poll_until(lambda: live.stats()["webhooks"].get("delivered", 0) > 0, 60)
     started = time.monotonic()
     for _ in range(10):
         time.sleep(rng.uniform(1.5, 4.5))
@@ -43,11 +37,11 @@ def test_ten_orchestrator_kills_lose_nothing(sim_factory, tmp_path, serve_cleanu
                 return False
             return stats["started_at"] != before
 
-        assert wait_until(back, 60, every_s=0.05), "the orchestrator did not come back"
+        assert poll_until(back, 60, every_s=0.05), "the orchestrator did not come back"
         resume_s.append(time.monotonic() - killed)
     run_s = time.monotonic() - started
     httpx.post(f"{live.sim.url}/_sim/pause", timeout=10)
-    ok = wait_until(lambda: converged(live.sim), 240)
+    ok = poll_until(lambda: converged(live.sim), 240)
     stats = live.stats()
     final = live.system.orchestrator.call_sync("stats")
     wrong = [] if ok else diverged(live.sim, live.system.orchestrator)

@@ -31,9 +31,11 @@ import yaml
 from driver_review.sim import SimServer, SimSettings
 from driver_review.snapshot import SnapshotStore
 from serve_app.service import SECRET_ENV
-from tests.faults.helpers import converged, free_port, wait_until
 from tests.faults.s3 import S3Server, moto_server
-from tests.integration.cluster import REPO, clean_env
+from tests.support.cluster import REPO, clean_env
+from tests.support.live import converged
+from tests.support.net import free_port
+from tests.support.wait import poll_until
 
 VENV_BIN = Path(sys.executable).parent
 STARTUP_TIMEOUT_S = 300.0
@@ -249,11 +251,11 @@ def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, tar
     started = time.monotonic()
     first, _, retried_first = _start_serving(launch)
     startup_s = time.monotonic() - started
-    assert wait_until(lambda: (first.status() or {}).get("watermark", 0) > 0, 90), \
+    assert poll_until(lambda: (first.status() or {}).get("watermark", 0) > 0, 90), \
         first.log_tail()
     store = SnapshotStore(target.reader_dir, instance)
-    assert wait_until(lambda: store.load() is not None, 30), "no snapshot written"
-    assert wait_until(lambda: _sim_stats(sim)["decisions"] >= 100, 120), first.log_tail()
+    assert poll_until(lambda: store.load() is not None, 30), "no snapshot written"
+    assert poll_until(lambda: _sim_stats(sim)["decisions"] >= 100, 120), first.log_tail()
     time.sleep(3.0)  # pings and polls in flight while it dies
     before = first.status() or {}
     assert before.get("watermark", 0) > 0
@@ -262,7 +264,7 @@ def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, tar
     first.kill_group()
     killed = time.monotonic()
     assert first.proc.returncode == -signal.SIGKILL
-    assert wait_until(lambda: not first.alive(), GONE_TIMEOUT_S, every_s=0.2), \
+    assert poll_until(lambda: not first.alive(), GONE_TIMEOUT_S, every_s=0.2), \
         f"processes of the killed service still running: {first.alive()}"
     gone_s = time.monotonic() - killed
     snap = store.load()
@@ -276,20 +278,20 @@ def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, tar
     restarted = time.monotonic()
     second, resumed, retried_second = _start_serving(launch)
     serving_s = time.monotonic() - killed
-    assert wait_until(lambda: _sim_stats(sim)["decisions"] > decisions_at_kill, 120,
+    assert poll_until(lambda: _sim_stats(sim)["decisions"] > decisions_at_kill, 120,
                       every_s=0.1), second.log_tail()
     first_decision_s = time.monotonic() - killed
     # The watermark comes back from the snapshot (never 0, which would mean a bootstrap)
     # and moves on from there.
     assert resumed["watermark"] >= snap.watermark > 0
     assert (resumed.get("ledger") or {}).get("drivers", 0) >= snap.table.num_rows
-    assert wait_until(lambda: (second.status() or {}).get("watermark", 0)
+    assert poll_until(lambda: (second.status() or {}).get("watermark", 0)
                       >= before["watermark"], 60), (before["watermark"], second.status())
     after = second.status() or {}
 
     # Loopback, but the simulator shares this process with the test: give it time.
     httpx.post(f"{sim.url}/_sim/pause", timeout=60)
-    ok = wait_until(lambda: converged(sim), 240)
+    ok = poll_until(lambda: converged(sim), 240)
     stats = _sim_stats(sim)
     done, total = sim.state.converged()
     second_status = None if ok else second.status()
@@ -304,7 +306,7 @@ def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, tar
         code = None
     stop_s = time.monotonic() - stop_started
     # ray.shutdown() at exit stops its processes in turn (slowly on a loaded machine).
-    gone = wait_until(lambda: not second.alive(), 2 * GONE_TIMEOUT_S, every_s=0.2)
+    gone = poll_until(lambda: not second.alive(), 2 * GONE_TIMEOUT_S, every_s=0.2)
     left = [] if gone else second.alive()
     stopped_s = time.monotonic() - stop_started
     final = store.load()

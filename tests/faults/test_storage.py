@@ -14,7 +14,6 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 import ray
-from ray import serve
 
 from driver_review.ledger import Change, Ledger, Status, Verdict
 from driver_review.results import ResultRow, ResultWriter, read_results, resolve
@@ -23,8 +22,10 @@ from driver_review.sim import SimSettings
 from driver_review.snapshot import SnapshotStore
 from driver_review.sweep import SweepOptions, run_sweep
 from driver_review.warmstart import LearntStore
-from tests.faults.helpers import converged, diverged, fast_config, start_live, wait_until
 from tests.faults.s3 import S3Server, moto_server
+from tests.support.configs import fast_config
+from tests.support.live import converged, diverged, start_live
+from tests.support.wait import poll_until
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +39,6 @@ def s3_dir(s3: S3Server) -> tuple[str, str]:
     """``(uri, bucket/prefix)`` of an empty data dir in a bucket of this test's own."""
     bucket = s3.create_bucket()
     return s3.uri(bucket, "data"), f"{bucket}/data"
-
-
-@pytest.fixture
-def serve_cleanup() -> Iterator[None]:
-    yield
-    serve.shutdown()
 
 
 def _row(i: int, verdict: str = "approved") -> ResultRow:
@@ -207,9 +202,9 @@ def test_orchestrator_recovers_from_a_snapshot_on_s3(sim_factory, s3_dir, serve_
     live = start_live(sim_factory, uri, drivers=300, update_rate=20.0, seed=12)
     name = live.system.orchestrator.name
     instance = live.system.instance
-    assert wait_until(lambda: live.stats()["webhooks"].get("delivered", 0) > 0, 60)
+    assert poll_until(lambda: live.stats()["webhooks"].get("delivered", 0) > 0, 60)
     # The bootstrap snapshot is written as soon as the listing is held.
-    assert wait_until(lambda: live.system.orchestrator.call_sync("stats")
+    assert poll_until(lambda: live.system.orchestrator.call_sync("stats")
                       ["snapshots_written"] >= 2, 60)
     resume_s: list[float] = []
     restored: list[str] = []
@@ -225,11 +220,11 @@ def test_orchestrator_recovers_from_a_snapshot_on_s3(sim_factory, s3_dir, serve_
             except Exception:
                 return False
 
-        assert wait_until(back, 60, every_s=0.05), "the orchestrator did not come back"
+        assert poll_until(back, 60, every_s=0.05), "the orchestrator did not come back"
         resume_s.append(time.monotonic() - killed)
         restored.append(live.system.orchestrator.call_sync("stats")["restored_from"])
     httpx.post(f"{live.sim.url}/_sim/pause", timeout=60)
-    ok = wait_until(lambda: converged(live.sim), 240)
+    ok = poll_until(lambda: converged(live.sim), 240)
     stats = live.stats()
     wrong = [] if ok else diverged(live.sim, live.system.orchestrator)
     live.stop()

@@ -28,7 +28,8 @@ import yaml
 
 from driver_review.config import load_config
 from driver_review.sim import SimServer, SimSettings
-from tests.integration.cluster import RAY, REPO, VENV_BIN, Cluster, ray_head
+from tests.support.cluster import RAY, REPO, VENV_BIN, Cluster, ray_head
+from tests.support.wait import poll_until
 
 pytestmark = [pytest.mark.slow]
 
@@ -68,15 +69,6 @@ def _in_review(sim: SimServer) -> int:
     return sum(d["status"] == "in_review" for d in sim.state.current().values())
 
 
-def _wait(predicate, timeout_s: float, every_s: float = 0.25) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(every_s)
-    return True
-
-
 def _last_json(text: str) -> dict[str, Any]:
     lines = text.splitlines()
     return json.loads(lines[max(i for i, line in enumerate(lines) if line.startswith("{"))])
@@ -103,7 +95,8 @@ def test_sweep_survives_every_role_killed(cluster: Cluster, sim_factory, tmp_pat
     done: list[dict[str, Any]] = []
     try:
         assert json.loads(killer.stdout.readline()) == {"ready": True}
-        assert _wait(lambda: _decisions(sim) > 0 or sweep.poll() is not None, READY_TIMEOUT_S)
+        assert poll_until(lambda: _decisions(sim) > 0 or sweep.poll() is not None,
+                          READY_TIMEOUT_S, every_s=0.25)
         for role in KILLS:
             if sweep.poll() is not None:
                 break
@@ -114,7 +107,8 @@ def test_sweep_survives_every_role_killed(cluster: Cluster, sim_factory, tmp_pat
                 "at_s": round(time.monotonic() - t0, 1), "in_review": _in_review(sim),
                 "sweep_running": sweep.poll() is None})
             # The next kill once the sweep has decided something since this one.
-            _wait(lambda b=before: _decisions(sim) > b or sweep.poll() is not None, 60)
+            poll_until(lambda b=before: _decisions(sim) > b or sweep.poll() is not None, 60,
+                       every_s=0.25)
         rc = sweep.wait(timeout=SWEEP_TIMEOUT_S + 120)
     finally:
         if sweep.poll() is None:

@@ -10,21 +10,18 @@ import uuid
 import httpx
 import pytest
 
-from driver_review.config import PipelineConfig, load_config, parse_config
+from driver_review.config import PipelineConfig
 from driver_review.report import build_report
 from driver_review.runtime.system import start_system, stop_system
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions, run_sweep
+from tests.support.configs import service_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
 
 def _config(url: str) -> PipelineConfig:
-    data = load_config().model_dump()
-    data["catalog"].update(url=url, timeout_s=5.0, page_size=100)
-    data["window"].update(bucket_s=1.0, lease_s=30.0, batch_size=32, skew_overlap_s=2.0)
-    data["results"]["rollover_s"] = 1.0
-    return parse_config(data, source="test")
+    return service_config(url, catalog={"timeout_s": 5.0, "page_size": 100}, batch_size=32)
 
 
 def _wrong(url: str, skip: set[str]) -> tuple[int, list[str]]:

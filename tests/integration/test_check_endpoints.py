@@ -20,7 +20,7 @@ from driver_review.identifiers import endpoint_key
 from driver_review.results import read_results
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions
-from tests.check_server import CheckServer
+from tests.support.check_server import CheckServer
 from tests.support.observe import watched_sweep
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]

@@ -30,13 +30,15 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from cluster import RAY, REPO, VENV_BIN, Cluster, free_ports, ray_head, ray_worker
 
 from driver_review.cli import build_parser
 from driver_review.config import load_config
 from driver_review.results import read_results
 from driver_review.sim import SimSettings
 from serve_app.app import IngressArgs
+from tests.support.cluster import RAY, REPO, VENV_BIN, Cluster, ray_head, ray_worker
+from tests.support.net import free_ports
+from tests.support.wait import wait_until
 
 HEAD_RESOURCE = "driver_review_head"
 HEAD_ENV = "DRIVER_REVIEW_HEAD_RESOURCE"
@@ -243,18 +245,6 @@ def _pipeline_file(path: Path, min_workers: dict[str, int]) -> Path:
     return path
 
 
-def _wait(predicate, timeout_s: float, what: str, every_s: float = 0.5,
-          context=lambda: "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout_s}s\n{context()}")
-        time.sleep(every_s)
-
-
 def _converged(sim) -> bool:
     done, total = sim.state.converged()
     return done == total
@@ -369,8 +359,8 @@ def _check_service_placement(cluster: Cluster, instance: str, head_id: str, work
         workers = [a for a in actors if a["class_name"] == "StageWorker"]
         return actors if len(workers) >= 6 else None
 
-    actors = _wait(started, READY_TIMEOUT_S, "six stage workers alive", every_s=1.0,
-                   context=context)
+    actors = wait_until(started, READY_TIMEOUT_S, "six stage workers alive", every_s=1.0,
+                         context=context)
     by_name = {a["name"]: a for a in actors}
     workers = {n: a["node_id"] for n, a in by_name.items() if a["class_name"] == "StageWorker"}
     # SPREAD is best effort: the sweep phase shows workers on both nodes; here, right after
@@ -418,7 +408,7 @@ def test_two_nodes_sweep_job_and_service(sim_factory, tmp_path) -> None:
         times["job"] = time.monotonic() - t_job
 
         secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
-        port, admin_port = free_ports(2)
+        port, admin_port = free_ports(2, host="")
         url = f"http://127.0.0.1:{port}"
         service_sim = sim_factory(SimSettings(
             drivers=SERVICE_DRIVERS, seed=11, update_rate=2.0,
@@ -441,20 +431,20 @@ def test_two_nodes_sweep_job_and_service(sim_factory, tmp_path) -> None:
                     f"{worker.log_tail(1500)}")
 
         try:
-            _wait(lambda: _healthy(url, service, service_log), READY_TIMEOUT_S,
-                  "service healthy", context=context)
+            wait_until(lambda: _healthy(url, service, service_log), READY_TIMEOUT_S,
+                       "service healthy", context=context)
             times["service"] = time.monotonic() - t_service
             workers = _check_service_placement(cluster, instance, head_id, worker.node_id,
                                                context)
             # Pings reach the ingress through the Serve proxy and are taken (202).
-            _wait(lambda: httpx.get(f"{service_sim.url}/_sim/stats", timeout=10).json()
-                  ["webhooks"]["delivered"] > 0, 120, "a webhook delivered",
-                  context=context)
+            wait_until(lambda: httpx.get(f"{service_sim.url}/_sim/stats", timeout=10).json()
+                       ["webhooks"]["delivered"] > 0, 120, "a webhook delivered",
+                       context=context)
             # Hold the catalog still and let the service catch up with every change.
             httpx.post(f"{service_sim.url}/_sim/pause", timeout=10)
-            _wait(lambda: _converged(service_sim), CONVERGE_TIMEOUT_S,
-                  "service converged to the catalog's truth", every_s=1.0,
-                  context=lambda: f"{service_sim.state.converged()}\n{context()}")
+            wait_until(lambda: _converged(service_sim), CONVERGE_TIMEOUT_S,
+                       "service converged to the catalog's truth", every_s=1.0,
+                       context=lambda: f"{service_sim.state.converged()}\n{context()}")
             times["converged"] = time.monotonic() - t_service
         finally:
             t_stop = time.monotonic()

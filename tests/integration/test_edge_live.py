@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import time
 import uuid
 from collections import Counter
@@ -39,6 +38,7 @@ from driver_review.webhooks import signed_headers
 from serve_app.admin import ADMIN_TOKEN_ENV
 from serve_app.openapi import SCHEMA_PATH, render
 from serve_app.service import SECRET_ENV, admin_url, start_service, stop_service
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.ray
 
@@ -48,12 +48,6 @@ FUZZ_EXAMPLES = 120
 FUZZ_BUDGET_S = 45.0
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -84,7 +78,7 @@ def live(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     token = base64.urlsafe_b64encode(os.urandom(24)).decode()
     os.environ[SECRET_ENV], os.environ[ADMIN_TOKEN_ENV] = secret, token
     sim = SimServer(SimSettings(drivers=40, seed=5)).start()
-    port = _free_port()
+    port = free_port()
     instance = f"edge-{uuid.uuid4().hex[:6]}"
     system = start_service(_config(sim.url), config_path=None, instance=instance,
                            data_dir=str(tmp_path_factory.mktemp("edge")), host="127.0.0.1",
@@ -117,7 +111,7 @@ def test_exposed_admin_without_a_token_refuses_to_start(ray_session: None) -> No
     try:
         with pytest.raises(ConfigError, match=f"{ADMIN_TOKEN_ENV} is not set") as err:
             start_service(_config("http://127.0.0.1:9"), config_path=None, instance="never",
-                          data_dir="/nonexistent", host="127.0.0.1", port=_free_port(),
+                          data_dir="/nonexistent", host="127.0.0.1", port=free_port(),
                           admin_host="0.0.0.0", admin_port=0)
         assert "\n" not in str(err.value)
     finally:

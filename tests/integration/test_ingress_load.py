@@ -20,7 +20,10 @@ from jobs.bench.ingress_load import plain_server, signed_pings
 from jobs.bench.wrk_load import WrkLoad, run_wrk, wrk_binary
 from serve_app.proxies import haproxy_binary
 from serve_app.service import SECRET_ENV, start_service, stop_service
-from tests.faults.helpers import fast_config, free_port, start_live, wait_until
+from tests.support.configs import fast_config
+from tests.support.live import start_live
+from tests.support.net import free_port
+from tests.support.wait import poll_until
 
 WRK = wrk_binary()
 needs_wrk = pytest.mark.skipif(WRK is None, reason="wrk is not installed (apt: wrk)")
@@ -76,7 +79,7 @@ def test_wrk_load_reaches_the_live_service_and_every_accepted_ping_is_held(
     try:
         port = urlsplit(live.sim.settings.webhook_url).port
         url = f"http://127.0.0.1:{port}/webhooks/drivers"
-        assert wait_until(lambda: _ok(f"http://127.0.0.1:{port}/healthz"), 30)
+        assert poll_until(lambda: _ok(f"http://127.0.0.1:{port}/healthz"), 30)
         before = live.system.orchestrator.call_sync("stats")["counters"]["events"]
         pings = signed_pings(os.environ[SECRET_ENV], 400, f"held-{uuid.uuid4().hex[:6]}")
         got = run_wrk(WRK, url, pings, WrkLoad(connections=8, duration_s=4), tmp_path / "wrk")
@@ -126,7 +129,7 @@ def test_the_service_starts_behind_haproxy_and_takes_a_signed_ping(
                            proxy="haproxy")
     try:
         base = f"http://127.0.0.1:{port}"
-        assert wait_until(lambda: _ok(f"{base}/healthz"), 60), "no /healthz behind HAProxy"
+        assert poll_until(lambda: _ok(f"{base}/healthz"), 60), "no /healthz behind HAProxy"
         assert _listener_command(port) == "haproxy"
         [(body, headers)] = signed_pings(os.environ[SECRET_ENV], 1, "hap")
         resp = httpx.post(f"{base}/webhooks/drivers", content=body, headers=headers, timeout=10)

@@ -11,17 +11,11 @@ import time
 import httpx
 import pytest
 import ray
-from ray import serve
 
-from tests.faults.helpers import converged, diverged, start_live, wait_until
+from tests.support.live import converged, diverged, start_live
+from tests.support.wait import poll_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
-
-
-@pytest.fixture
-def serve_cleanup():
-    yield
-    serve.shutdown()
 
 
 @pytest.mark.timeout(400)
@@ -30,7 +24,7 @@ def test_dropped_pings_are_caught_by_the_poller(sim_factory, tmp_path, serve_cle
                       webhook_drop_rate=0.3)
     time.sleep(10)  # bounded: ten seconds of updates, a third of their pings lost
     httpx.post(f"{live.sim.url}/_sim/pause", timeout=10)
-    ok = wait_until(lambda: converged(live.sim), 180)
+    ok = poll_until(lambda: converged(live.sim), 180)
     stats = live.stats()
     wrong = [] if ok else diverged(live.sim, live.system.orchestrator)
     live.stop()
@@ -49,7 +43,7 @@ def test_a_burst_beyond_intake_is_refused_retried_and_reviewed(
                       burst_every_s=4.0, burst_size=100, window={"high_water": 30})
     time.sleep(8)  # bounded: a few bursts of 100 pings against room for 30
     httpx.post(f"{live.sim.url}/_sim/pause", timeout=10)
-    ok = wait_until(lambda: converged(live.sim), 240)
+    ok = poll_until(lambda: converged(live.sim), 240)
     stats = live.stats()
     status = live.system.orchestrator.call_sync("stats")
     wrong = [] if ok else diverged(live.sim, live.system.orchestrator)
@@ -65,7 +59,7 @@ def test_a_burst_beyond_intake_is_refused_retried_and_reviewed(
 @pytest.mark.timeout(300)
 def test_status_from_a_separate_process(sim_factory, tmp_path, serve_cleanup) -> None:
     live = start_live(sim_factory, str(tmp_path), drivers=50, update_rate=2.0, seed=7)
-    wait_until(lambda: live.system.orchestrator.call_sync("stats")["ledger"]["drivers"] > 0, 60)
+    poll_until(lambda: live.system.orchestrator.call_sync("stats")["ledger"]["drivers"] > 0, 60)
     env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address)
     cli = [sys.executable, "-m", "driver_review", "status", "--instance", live.system.instance]
     as_json = subprocess.run([*cli, "--json"], env=env, capture_output=True, text=True,

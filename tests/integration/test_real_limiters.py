@@ -11,10 +11,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from driver_review.config import load_config
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions, run_sweep
 from jobs.bench.limiters import HaproxyLimiter, NginxLimiter, missing_binary
+from tests.support.configs import sweep_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
@@ -22,17 +22,9 @@ DRIVERS = 200
 RATE = 80.0
 
 
-def _config(url: str):
-    return load_config().with_overrides(
-        catalog={"url": url, "timeout_s": 5.0},
-        window={"lease_s": 30.0, "batch_size": 32},
-        results={"rollover_s": 2.0},
-    )
-
-
 def _sweep_through(proxy, sim, tmp_path, *, min_utilization: float) -> None:
     with proxy:
-        summary = run_sweep(_config(proxy.url),
+        summary = run_sweep(sweep_config(proxy.url),
                             SweepOptions(data_dir=str(tmp_path / "data"), timeout_s=150))
         log = proxy.log()
     assert not summary["timed_out"]

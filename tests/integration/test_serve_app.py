@@ -11,12 +11,11 @@ import asyncio
 import base64
 import json
 import os
-import socket
 import statistics
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,9 @@ from driver_review.sim.webhooks import ping_body
 from driver_review.webhooks import signed_headers
 from serve_app.app import IngressArgs, build_app
 from serve_app.webhook import load_verifier
+from tests.support.net import free_port
+from tests.support.serve import shutdown_serve, start_serve
+from tests.support.wait import wait_until
 
 # Ray starts (once per session) through the serve_url fixture; the pure tests need none.
 pytestmark = pytest.mark.ray
@@ -48,12 +50,6 @@ MAX_BODY = 64 * 1024
 
 def _secret() -> str:
     return "whsec_" + base64.b64encode(os.urandom(24)).decode()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _config(url: str, *, slow_s: float | None = None, **window: Any) -> PipelineConfig:
@@ -118,16 +114,6 @@ def _in_review(sim: SimServer, skip: frozenset[str] | set[str] = frozenset()) ->
                 if s["status"] == "in_review" and d not in skip)
 
 
-def _wait_for(what: str, done: Callable[[], Any], timeout_s: float, every_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = done()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(every_s)
-
-
 def _decisions(sim: SimServer, driver_id: str, version: str) -> list[Any]:
     return [d for d in list(sim.state.decisions)
             if d.driver_id == driver_id and d.version == version]
@@ -141,10 +127,8 @@ def _start(data_dir: str, config: PipelineConfig, name: str) -> System:
 
 @pytest.fixture(scope="module")
 def serve_url(ray_session: None) -> Iterator[str]:
-    port = _free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    yield f"http://127.0.0.1:{port}"
-    serve.shutdown()
+    yield start_serve()
+    shutdown_serve()
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +162,8 @@ def test_thin_ping_is_accepted_held_and_reviewed(main: Edge, http: httpx.Client)
     # 202 came after intake returned: the orchestrator holds it already.
     entry = main.system.orchestrator.call_sync("driver", driver_id)
     assert entry is not None and entry["version"] == record.version
-    decided = _wait_for("a decision", lambda: _decisions(main.sim, driver_id, record.version), 30)
+    decided = wait_until(lambda: _decisions(main.sim, driver_id, record.version), 30,
+                         "a decision", every_s=0.1)
     print(f"\nthin ping: 202 to first decision {decided[0].at.timestamp() - sent:.3f}s")
     assert decided[0].stage == record.stage
 
@@ -190,7 +175,8 @@ def test_fat_ping_fills_the_cache_and_needs_no_fetch(main: Edge, http: httpx.Cli
     record = main.sim.state.record(driver_id)
     response = main.post(http, ping_body(record, fat=True))
     assert response.status_code == 202, response.text
-    _wait_for("a decision", lambda: _decisions(main.sim, driver_id, record.version), 30)
+    wait_until(lambda: _decisions(main.sim, driver_id, record.version), 30, "a decision",
+               every_s=0.1)
     after = main.system.cache.call_sync("stats")
     assert after["fills"] == before["fills"] + 1
     assert main.sim.state.stats.fetches_by_version[(driver_id, record.version)] == 0
@@ -481,7 +467,7 @@ def test_simulator_pings_through_serve_get_reviewed(
     serve_url: str, tmp_path: Any, http: httpx.Client
 ) -> None:
     """The simulated catalog is the sender: signed pings with its retry policy."""
-    sim_port = _free_port()
+    sim_port = free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
     data_dir = str(tmp_path)
     system = _start(data_dir, _config(sim_url), "e2e")
@@ -497,9 +483,11 @@ def test_simulator_pings_through_serve_get_reviewed(
         def sim_stats() -> dict[str, Any]:
             return http.get(sim_url + "/_sim/stats").json()
 
-        _wait_for("25 deliveries", lambda: sim_stats()["webhooks"]["delivered"] >= 25, 30, 0.25)
+        wait_until(lambda: sim_stats()["webhooks"]["delivered"] >= 25, 30, "25 deliveries",
+                   every_s=0.25)
         http.post(sim_url + "/_sim/pause")  # the catalog holds still from here on
-        _wait_for("the sender to drain", lambda: sim_stats()["webhooks_pending"] == 0, 30)
+        wait_until(lambda: sim_stats()["webhooks_pending"] == 0, 30, "the sender to drain",
+                   every_s=0.1)
         changed = {}
         for driver_id in sim.state.current():
             record = sim.state.record(driver_id)
@@ -510,7 +498,7 @@ def test_simulator_pings_through_serve_get_reviewed(
         def undecided() -> list[str]:
             return [d for d, r in changed.items() if not _decisions(sim, d, r.version)]
 
-        _wait_for("every changed driver decided", lambda: not undecided(), 30, 0.25)
+        wait_until(lambda: not undecided(), 30, "every changed driver decided", every_s=0.25)
         hooks = sim_stats()["webhooks"]
         assert hooks["rejected"] == hooks["gave_up"] == 0, hooks
 
@@ -524,8 +512,8 @@ def test_simulator_pings_through_serve_get_reviewed(
                     rows.setdefault(row["driver_id"], row)
             return rows
 
-        rows = _wait_for("result rows", lambda: len(first_rows()) == len(changed) and
-                         first_rows(), 15, 0.5)
+        rows = wait_until(lambda: len(first_rows()) == len(changed) and first_rows(), 15,
+                          "result rows", every_s=0.5)
         accept_to_decision = [(r["reviewed_at"] - r["queued_at"]).total_seconds()
                               for r in rows.values()]
         change_to_decision = [

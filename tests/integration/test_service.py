@@ -9,23 +9,14 @@ import uuid
 import pytest
 import ray
 
-from driver_review.config import PipelineConfig, load_config, parse_config
 from driver_review.ledger import Change, Status
 from driver_review.runtime import actors
 from driver_review.runtime.names import ActorRef, actor_name
 from driver_review.runtime.system import start_system, stop_system
 from driver_review.sim import SimSettings
+from tests.support.configs import service_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
-
-
-def _config(url: str, **window) -> PipelineConfig:
-    data = load_config().model_dump()
-    data["catalog"]["url"] = url
-    data["window"].update(bucket_s=1.0, lease_s=30.0, batch_size=16, skew_overlap_s=2.0,
-                          **window)
-    data["results"]["rollover_s"] = 1.0
-    return parse_config(data, source="test")
 
 
 async def _until(predicate, timeout_s: float, every_s: float = 0.5):
@@ -42,7 +33,7 @@ def test_poller_alone_catches_every_change(sim_factory, tmp_path) -> None:
     """No pings at all: after one bootstrap listing, only changes-since keeps the pipeline
     current, and the catalog ends equal to its truth."""
     sim = sim_factory(SimSettings(drivers=150, seed=21))
-    config = _config(sim.url)
+    config = service_config(sim.url)
     system = start_system(config, instance=f"poll-{uuid.uuid4().hex[:6]}",
                           data_dir=str(tmp_path), poll=True, poll_interval_s=1.0)
 
@@ -79,7 +70,7 @@ def test_freshness_bound_holds(sim_factory, tmp_path) -> None:
     the bound plus one window, once every driver has been reviewed at all."""
     bound_s, window_s = 10.0, 1.0
     sim = sim_factory(SimSettings(drivers=120, seed=4))
-    config = _config(sim.url, freshness_s=bound_s)
+    config = service_config(sim.url, freshness_s=bound_s)
     system = start_system(config, instance=f"fresh-{uuid.uuid4().hex[:6]}",
                           data_dir=str(tmp_path), poll=True, poll_interval_s=window_s)
 
@@ -109,7 +100,7 @@ def test_a_poll_that_straddles_a_restart_does_not_move_the_watermark(tmp_path) -
     """A poll reads the watermark from one orchestrator process and feeds it; if that
     process dies before a snapshot keeps what it was fed, the restarted one must not take
     the poll's advance, or the changes read would be lost."""
-    config = _config("http://127.0.0.1:9")  # the orchestrator alone calls no catalog
+    config = service_config("http://127.0.0.1:9")  # the orchestrator alone calls no catalog
     instance = f"mark-{uuid.uuid4().hex[:6]}"
     handle = actors.orchestrator(config, instance, outer_loop=False, data_dir=str(tmp_path))
     orch = ActorRef(actor_name(instance, "orchestrator"))

@@ -22,16 +22,9 @@ from driver_review.catalog.models import DriverRecord, Page, WebhookPing
 from driver_review.errors import ConfigError
 from driver_review.sim import SimSettings
 from driver_review.sim.cli import add_arguments, settings_from_args
+from tests.support.wait import wait_until
 
 SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # base64 of 24 bytes
-
-
-def wait_for(condition: Callable[[], object], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def all_pages(client: httpx.Client, path: str, **params: object) -> list[Page]:
@@ -126,7 +119,7 @@ def test_changes_since_is_complete_and_ordered_while_changes_arrive(sim_factory)
         for s in now:
             if s.updated_at <= watermark:
                 assert latest[s.id] == s
-        wait_for(lambda: sim.state.stats.changes_generated > 50)
+        wait_until(lambda: sim.state.stats.changes_generated > 50, 10, "50 changes", every_s=0.02)
         newer = client.get("/v1/drivers/changes", params={"since": watermark.isoformat()})
         assert newer.status_code == 200
         assert all(datetime.fromisoformat(r["updated_at"]) > watermark
@@ -336,7 +329,7 @@ def test_fault_injection_produces_every_kind_and_keeps_state(sim_factory) -> Non
 def test_webhook_pings_verify_with_standardwebhooks(sim_factory, receiver: Receiver) -> None:
     sim = sim_factory(drivers=100, seed=7, burst_every_s=0.1, burst_size=10, fat_pings=True,
                       webhook_url=receiver.url, webhook_secret=SECRET)  # fmt: skip
-    wait_for(lambda: len(receiver.received) >= 20)
+    wait_until(lambda: len(receiver.received) >= 20, 10, "20 pings received", every_s=0.02)
     verifier = Webhook(SECRET)
     ids = set()
     for _, headers, body in list(receiver.received)[:20]:
@@ -354,13 +347,15 @@ def test_webhook_pings_verify_with_standardwebhooks(sim_factory, receiver: Recei
 def test_thin_pings_and_drops_are_counted(sim_factory, receiver: Receiver) -> None:
     sim = sim_factory(drivers=100, seed=8, update_rate=200.0, webhook_drop_rate=0.5,
                       webhook_url=receiver.url, webhook_secret=SECRET)  # fmt: skip
-    wait_for(lambda: sim.state.stats.webhooks["delivered"] >= 20)
+    wait_until(lambda: sim.state.stats.webhooks["delivered"] >= 20, 10, "20 deliveries",
+               every_s=0.02)
     body = json.loads(receiver.received[0][2])
     assert "record" not in body["data"] and body["data"]["stage"] == "intake"
     counts = sim.state.stats.webhooks
     assert counts["dropped"] > 0 and counts["queued"] > 0
     # Every generated change is either queued or dropped, never lost silently.
-    wait_for(lambda: counts["dropped"] + counts["queued"] == sim.state.stats.changes_generated)
+    wait_until(lambda: counts["dropped"] + counts["queued"] == sim.state.stats.changes_generated,
+               10, "every change dropped or queued", every_s=0.02)
 
 
 @pytest.mark.timeout(30)
@@ -375,7 +370,7 @@ def test_webhook_retries_honour_429_retry_after(sim_factory, receiver: Receiver,
     receiver.answer = answer
     sim = sim_factory(drivers=20, seed=9, burst_every_s=0.05, burst_size=1,
                       webhook_url=receiver.url, webhook_secret=SECRET)  # fmt: skip
-    wait_for(lambda: sim.state.stats.webhooks["delivered"] >= 1)
+    wait_until(lambda: sim.state.stats.webhooks["delivered"] >= 1, 10, "a delivery", every_s=0.02)
     msg_id = receiver.received[0][1]["webhook-id"]
     first, second = receiver.attempts(msg_id)[:2]
     assert second - first >= 0.9

@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from typing import Any
 
 import pytest
 import ray
 
-from driver_review.config import PipelineConfig, load_config, parse_config
+from driver_review.config import PipelineConfig
 from driver_review.errors import ConfigError
 from driver_review.ledger import Change, Ledger, Status
 from driver_review.runtime import actors
@@ -20,6 +21,7 @@ from driver_review.runtime.names import NAMESPACE, ActorRef, actor_name
 from driver_review.runtime.system import start_system, stop_system
 from driver_review.snapshot import SnapshotStore
 from driver_review.stage_names import StagesRemoved
+from tests.support.configs import config_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
@@ -28,12 +30,9 @@ AT_LEGAL = [f"gone-legal-{k}" for k in range(7)]  # not in the catalog: nobody m
 AT_SECURITY = [f"gone-sec-{k}" for k in range(3)]
 
 
-def _config(url: str, **window) -> PipelineConfig:
-    data = load_config().model_dump()
-    data["catalog"]["url"] = url
-    data["window"].update(bucket_s=1.0, lease_s=30.0, snapshot_s=0.5, **window)
-    data["results"]["rollover_s"] = 1.0
-    return parse_config(data, source="test")
+def _config(url: str, **window: Any) -> PipelineConfig:
+    return config_for(url, window=dict(bucket_s=1.0, lease_s=30.0, snapshot_s=0.5) | window,
+                      results={"rollover_s": 1.0})
 
 
 def _write_snapshot_with_legal(data_dir: str, instance: str) -> float:

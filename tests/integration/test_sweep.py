@@ -11,22 +11,13 @@ import httpx
 import pytest
 import ray
 
-from driver_review.config import load_config
 from driver_review.results import read_results
 from driver_review.runtime.names import NAMESPACE
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions, run_sweep
+from tests.support.configs import sweep_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
-
-
-def _fast_config(url: str, **pool):
-    cfg = load_config()
-    return cfg.with_overrides(
-        catalog={"url": url, "timeout_s": 5.0},
-        window={"lease_s": 30.0, "batch_size": 32},
-        results={"rollover_s": 2.0},
-    )
 
 
 def _state_matches_truth(url: str) -> tuple[int, list[str]]:
@@ -43,7 +34,7 @@ def _state_matches_truth(url: str) -> tuple[int, list[str]]:
 def test_sweep_of_2000_drivers_at_an_undisclosed_rate_limit(sim_factory, tmp_path) -> None:
     sim = sim_factory(SimSettings(drivers=2000, seed=7, rate_limit=100))
     data_dir = str(tmp_path / "data")
-    summary = run_sweep(_fast_config(sim.url), SweepOptions(data_dir=data_dir, timeout_s=500))
+    summary = run_sweep(sweep_config(sim.url), SweepOptions(data_dir=data_dir, timeout_s=500))
     print("sweep summary:", {k: summary[k] for k in
                              ("wall_s", "achieved_rps", "rate_limited_share", "decisions")})
     assert not summary["timed_out"]
@@ -74,7 +65,7 @@ def test_sweep_trusts_no_quiescence_from_a_restarted_orchestrator(sim_factory, t
     instance = f"sweep-{uuid.uuid4().hex[:8]}"
     out: dict[str, Any] = {}
     sweep = threading.Thread(target=lambda: out.update(run_sweep(
-        _fast_config(sim.url), SweepOptions(data_dir=str(tmp_path), instance=instance,
+        sweep_config(sim.url), SweepOptions(data_dir=str(tmp_path), instance=instance,
                                             timeout_s=240))))
     sweep.start()
     deadline = time.monotonic() + 120

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import os
-import socket
 import time
 import uuid
 
@@ -15,21 +14,16 @@ import pytest
 from driver_review.config import load_config, parse_config
 from driver_review.sim import SimSettings
 from serve_app.service import SECRET_ENV, start_service, stop_service
+from tests.support.net import free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.timeout(300)
 def test_thin_pings_are_looked_up_and_reviewed_within_seconds(sim_factory, tmp_path) -> None:
     secret = os.environ.setdefault(SECRET_ENV,
                                    "whsec_" + base64.b64encode(os.urandom(24)).decode())
-    port = _free_port()
+    port = free_port()
     sim = sim_factory(SimSettings(
         drivers=60, seed=4, thin_pings=True, update_rate=4.0,
         webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers", webhook_secret=secret))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,17 +27,12 @@ from driver_review.runtime.system import System
 from driver_review.sim import SimServer, SimSettings
 from serve_app.admin import ADMIN_TOKEN_ENV
 from serve_app.service import SECRET_ENV, admin_url, start_service, stop_service, ui_address
-from tests.cdp import Browser, chromium_binary
+from tests.support.cdp import Browser, chromium_binary
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.ray
 
 PAGE_TIMEOUT_S = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -65,7 +59,7 @@ def service(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iter
     secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
     token = base64.urlsafe_b64encode(os.urandom(24)).decode()
     os.environ[SECRET_ENV], os.environ[ADMIN_TOKEN_ENV] = secret, token
-    port = _free_port()
+    port = free_port()
     # A rate limit the governor must find (429s), a steady trickle of updates and pings.
     sim = SimServer(SimSettings(
         drivers=120, seed=15, rate_limit=60.0, latency_ms=5.0, update_rate=3.0,

@@ -4,32 +4,23 @@ the simulated catalog on the same loopback port twice, one data dir."""
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
-from driver_review.config import load_config
 from driver_review.identifiers import endpoint_key
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions, run_sweep
+from tests.support.configs import sweep_config
+from tests.support.net import free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
 LIMIT = 100
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _sweep(sim_factory, port: int, data_dir: str) -> tuple[dict, dict]:
     sim = sim_factory(SimSettings(drivers=250, seed=21, rate_limit=LIMIT, port=port))
-    config = load_config().with_overrides(catalog={"url": sim.url, "timeout_s": 5.0},
-                                          window={"lease_s": 30.0, "batch_size": 32},
-                                          results={"rollover_s": 2.0})
-    summary = run_sweep(config, SweepOptions(data_dir=data_dir, timeout_s=120))
+    summary = run_sweep(sweep_config(sim.url), SweepOptions(data_dir=data_dir, timeout_s=120))
     stats = sim.state.stats.as_dict()
     converged, drivers = sim.state.converged()
     sim.stop()
@@ -39,7 +30,7 @@ def _sweep(sim_factory, port: int, data_dir: str) -> tuple[dict, dict]:
 
 @pytest.mark.timeout(300)
 def test_the_second_sweep_starts_at_the_learnt_limit_without_429s(sim_factory, tmp_path) -> None:
-    port, data_dir = _port(), str(tmp_path / "data")
+    port, data_dir = free_port(), str(tmp_path / "data")
     cold, _ = _sweep(sim_factory, port, data_dir)
     learnt = json.loads((tmp_path / "data" / "governor" / "endpoints.json").read_text())
     entry = learnt["endpoints"][f"http://127.0.0.1:{port}"]

@@ -12,7 +12,6 @@ import json
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +19,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from driver_review.catalog.models import CheckResponse, DriverRecord
+from driver_review.catalog.models import DriverRecord
 from driver_review.checks import (
     BUILTINS,
     CheckContext,
@@ -35,56 +34,13 @@ from driver_review.config import CheckSpec, load_config, parse_config
 from driver_review.errors import (
     ConfigError,
     MalformedResponse,
-    NotFound,
     RateLimited,
     ServerError,
     TransportError,
 )
+from tests.support.fakes import PACKAGE, FakeCatalog, make_driver
 
 T = TypeVar("T")
-PACKAGE = b"driver package bytes " * 1000
-
-
-def make_driver(**changes: Any) -> DriverRecord:
-    base: dict[str, Any] = {
-        "id": "drv-1",
-        "vendor_id": "8086",
-        "vendor": "Intel",
-        "name": "Ethernet Controller",
-        "version": "2.1.10",
-        "previous_version": "2.1.9",
-        "stage": "intake",
-        "status": "in_review",
-        "hardware_ids": ["PCI\\VEN_8086&DEV_1533"],
-        "package": {"size": len(PACKAGE), "sha256": hashlib.sha256(PACKAGE).hexdigest()},
-        "updated_at": datetime(2025, 1, 1, tzinfo=UTC),
-    }
-    return DriverRecord.model_validate(base | changes)
-
-
-class FakeCatalog:
-    """The two catalog methods checks use, backed by dicts; answers can be exceptions."""
-
-    def __init__(self) -> None:
-        self.packages: dict[str, bytes | Exception] = {"drv-1": PACKAGE}
-        self.answers: dict[str, dict[str, Any] | Exception] = {}
-        self.calls: list[tuple[str, str, str]] = []
-        self.delay_s = 0.0
-
-    async def get_package(self, driver_id: str) -> bytes:
-        found = self.packages.get(driver_id) or NotFound(f"no package for {driver_id}")
-        if isinstance(found, Exception):
-            raise found
-        return found
-
-    async def run_check(self, check: str, driver_id: str, version: str) -> CheckResponse:
-        self.calls.append((check, driver_id, version))
-        await asyncio.sleep(self.delay_s)
-        answer = self.answers.get(check, {"passed": True})
-        if isinstance(answer, Exception):
-            raise answer
-        body = {"check": check, "driver_id": driver_id, "version": version} | answer
-        return CheckResponse.model_validate(body)
 
 
 def run(aw: Awaitable[T]) -> T:

@@ -8,13 +8,8 @@ takes ``latency_s``, and every answer is reported back as the real client would.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
-import math
-from collections import deque
-from dataclasses import dataclass, field
 from email.utils import formatdate
-from typing import Any, Protocol
 
 import pytest
 
@@ -22,108 +17,7 @@ from driver_review import governor as gv
 from driver_review.config import GovernorConfig
 from driver_review.governor import RateGovernor
 from driver_review.limiter import LocalLimiter, PermitBucket
-
-WALL0 = 1_750_000_000.0
-
-
-class TokenBucketServer:
-    """``rate`` tokens/s, ``burst`` banked; a 429 says ``Retry-After: ceil(wait)`` (≥ 1),
-    as the simulator does. With ``headers`` it also advertises its policy."""
-
-    def __init__(self, rate: float, burst: int, *, headers: bool = False) -> None:
-        self.rate, self.burst, self.headers = rate, burst, headers
-        self.tokens, self.at = float(burst), 0.0
-
-    def handle(self, t: float) -> tuple[int, dict[str, str]]:
-        self.tokens = min(self.burst, self.tokens + (t - self.at) * self.rate)
-        self.at = t
-        out: dict[str, str] = {}
-        status = 200 if self.tokens >= 1 else 429
-        if status == 200:
-            self.tokens -= 1
-        else:
-            out["Retry-After"] = str(max(1, math.ceil((1 - self.tokens) / self.rate)))
-        if self.headers:
-            window_s = max(1, round(self.burst / self.rate))
-            out["RateLimit-Policy"] = f'"default";q={round(self.rate * window_s)};w={window_s}'
-            out["RateLimit"] = f'"default";r={math.floor(self.tokens)};t=1'
-        return status, out
-
-
-class Server(Protocol):
-    def handle(self, t: float) -> tuple[Any, ...]:
-        """``(status, headers)`` or ``(status, headers, delay_s)`` for a request at ``t``."""
-
-
-@dataclass
-class Run:
-    gov: RateGovernor
-    log: list[tuple[float, int]] = field(default_factory=list)  # (answered at, status)
-    rates: list[tuple[float, float, str]] = field(default_factory=list)
-
-    def served_rate(self, start: float, end: float) -> float:
-        return sum(1 for t, s in self.log if start <= t < end and s != 429) / (end - start)
-
-    def share_429(self, start: float, end: float) -> float:
-        window = [s for t, s in self.log if start <= t < end]
-        return sum(1 for s in window if s == 429) / max(1, len(window))
-
-
-def simulate(
-    server: Server,
-    *,
-    duration_s: float,
-    start_s: float = 0.0,
-    workers: int = 16,
-    latency_s: float = 0.02,
-    config: GovernorConfig | None = None,
-    governor: RateGovernor | None = None,
-) -> Run:
-    """Saturating demand: ``workers`` clients share one bucket of leased permits."""
-    run = Run(governor or RateGovernor(config or GovernorConfig(), wall_clock=lambda: WALL0))
-    gov, events, seq = run.gov, [], itertools.count()
-    held: deque[float] = deque()
-    state = {"generation": 0, "epoch": -1}
-
-    def push(t: float, *what: object) -> None:
-        heapq.heappush(events, (t, next(seq), *what))
-
-    def acquire(w: int, now: float) -> None:
-        if not held:
-            grant = gov.lease(8, now)
-            if not grant.delays_s:
-                push(now + grant.retry_in_s, "acquire", w)
-                return
-            state["epoch"] = grant.epoch
-            held.extend(now + d for d in grant.delays_s)
-        push(max(held.popleft(), now), "send", w, state["generation"])
-
-    for w in range(workers):
-        push(start_s, "acquire", w)
-    while events:
-        t, _, kind, w, *rest = heapq.heappop(events)
-        if t > duration_s:
-            break
-        if kind == "acquire":
-            acquire(w, t)
-        elif kind == "send":
-            if rest[0] != state["generation"]:  # voided while waiting: take a fresh one
-                acquire(w, t)
-                continue
-            # A server may hold an admitted request before serving it (nginx's delay).
-            status, headers, *delay_s = server.handle(t)
-            push(t + latency_s + sum(delay_s), "answer", w, status, headers)
-        else:
-            status, headers = rest
-            epoch = gov.observe(status, headers, t)
-            if epoch != state["epoch"]:
-                held.clear()
-                state["generation"] += 1
-            run.log.append((t, status))
-            run.rates.append((t, gov.rate, gov.state(t)))
-            acquire(w, t)
-    return run
-
+from tests.support.rate_sim import WALL0, TokenBucketServer, simulate
 
 # --- discovery ---------------------------------------------------------------------------
 

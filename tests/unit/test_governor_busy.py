@@ -7,7 +7,7 @@ import pytest
 
 from driver_review.config import GovernorConfig
 from driver_review.governor import RateGovernor
-from tests.unit.test_governor import TokenBucketServer, simulate
+from tests.support.rate_sim import TokenBucketServer, simulate
 
 
 def test_saturating_demand_is_busy_almost_throughout_in_one_merged_span() -> None:

@@ -7,12 +7,9 @@ a governor change that closes one shows up as an XPASS to promote.
 
 from __future__ import annotations
 
-import math
-
 import pytest
-from test_governor import simulate
 
-from driver_review.sim.limiters import make_shape
+from tests.support.rate_sim import ShapeServer, simulate
 
 DURATION_S = 60.0
 LATENCY_S = 0.02
@@ -31,22 +28,6 @@ NOT_YET = {
     ("haproxy", 10): "0.908, 9% 429s", ("haproxy", 60): "0.837, 17% 429s",
     ("haproxy", 150): "0.316, 5% 429s (denied requests count: an overshoot echoes)",
 }
-
-
-class ShapeServer:
-    """A shape answering as its server would: 200 (perhaps held), or 429 with or without
-    ``Retry-After`` (whole seconds, at least 1, as the simulator says it)."""
-
-    def __init__(self, name: str, rate: float, *, retry_after: bool) -> None:
-        self.shape = make_shape(name, rate)
-        self.retry_after = retry_after
-
-    def handle(self, t: float) -> tuple[int, dict[str, str], float]:
-        v = self.shape.admit(t)
-        if v.admitted:
-            return 200, {}, v.delay_s
-        told = {"Retry-After": str(max(1, math.ceil(v.wait_s)))} if self.retry_after else {}
-        return 429, told, 0.0
 
 
 def _cases() -> list:

@@ -19,8 +19,8 @@ from driver_review.errors import ConfigError
 from driver_review.governor import RateGovernor
 from driver_review.identifiers import endpoint_key
 from driver_review.limiter import LocalLimiter
-from tests.check_server import CheckServer
-from tests.unit.test_checks import FakeCatalog, make_driver
+from tests.support.check_server import CheckServer
+from tests.support.fakes import FakeCatalog, make_driver
 
 TOKEN = "tok-" + "x7Qp2" * 6  # what a scan of errors must never find
 

@@ -16,7 +16,7 @@ from driver_review.errors import Conflict, ServerError
 from driver_review.ledger import Verdict
 from driver_review.quarantine import BadRow
 from driver_review.review import Fetched, Reviewed, Reviewer, review_batch
-from tests.unit.test_checks import FakeCatalog, make_driver
+from tests.support.fakes import FakeCatalog, make_driver
 
 CONFIG = load_config()
 STAGES = CONFIG.stage_names

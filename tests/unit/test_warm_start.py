@@ -10,7 +10,7 @@ import pytest
 from driver_review.config import GovernorConfig
 from driver_review.governor import RateGovernor
 from driver_review.warmstart import LearntStore
-from tests.unit.test_governor import WALL0, TokenBucketServer, simulate
+from tests.support.rate_sim import WALL0, TokenBucketServer, simulate
 
 LIMIT = 60.0
 

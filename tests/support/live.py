@@ -1,12 +1,10 @@
-"""Shared pieces of the fault tests: a live service on the session Ray with the simulator
-sending real pings, and bounded waits."""
+"""A live service on the session Ray with the simulator sending it real pings (the fault
+tests and the integration tests of the live path), and how to tell it caught up."""
 
 from __future__ import annotations
 
 import base64
 import os
-import socket
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,24 +12,11 @@ from typing import Any
 
 import httpx
 
-from driver_review.config import PipelineConfig, load_config, parse_config
+from driver_review.config import PipelineConfig
 from driver_review.sim import SimServer, SimSettings
 from serve_app.service import SECRET_ENV, start_service, stop_service
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def fast_config(url: str, **window: float) -> PipelineConfig:
-    data = load_config().model_dump()
-    data["catalog"].update(url=url, timeout_s=3.0)
-    data["window"].update(dict(bucket_s=1.0, lease_s=10.0, batch_size=16, skew_overlap_s=2.0,
-                               snapshot_s=1.0, freshness_s=3600.0) | window)
-    data["results"]["rollover_s"] = 1.0
-    return parse_config(data, source="test")
+from tests.support.configs import fast_config
+from tests.support.net import free_port
 
 
 @dataclass
@@ -63,15 +48,6 @@ def start_live(sim_factory: Callable[..., SimServer], data_dir: str, *, drivers:
                            data_dir=data_dir, host="127.0.0.1", port=port, poll_interval_s=1.0,
                            admin_port=0)
     return Live(server, system, config, data_dir)
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, every_s: float = 0.5) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(every_s)
-    return True
 
 
 def converged(sim: SimServer) -> bool:

@@ -23,7 +23,6 @@ import random
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.support.net import free_ports, port_free
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -49,36 +50,13 @@ START_ATTEMPTS = 2
 _WORKER_RANGE = (20000, 32000)
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports the kernel says are free right now."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def free_port_range(size: int, lo: int, hi: int, *, exclude: set[int]) -> tuple[int, int]:
     """A run of ``size`` ports in ``[lo, hi)``, all free now and none in ``exclude``."""
     rng = random.Random()
     for _ in range(50):
         start = rng.randrange(lo, hi - size)
         ports = range(start, start + size)
-        if not exclude.intersection(ports) and all(_port_free(p) for p in ports):
+        if not exclude.intersection(ports) and all(port_free(p) for p in ports):
             return start, start + size - 1
     raise RuntimeError(f"no {size} free ports in [{lo}, {hi})")
 
@@ -326,7 +304,7 @@ def _start_head(temp_dir: str, token: str, attempt: int, *, num_cpus: int,
                 dashboard_timeout_s: float) -> Cluster:
     log_path = Path(temp_dir) / ("ray-start.log" if attempt == 1 else f"ray-start-{attempt}.log")
     (gcs, dash, agent_http, agent_grpc, client, metrics, runtime_env, node_mgr,
-     obj_mgr) = free_ports(9)
+     obj_mgr) = free_ports(9, host="")
     taken = {gcs, dash, agent_http, agent_grpc, client, metrics, runtime_env, node_mgr, obj_mgr}
     wlo, whi = free_port_range(WORKER_PORTS, *_WORKER_RANGE, exclude=taken)
     cmd = [
@@ -417,7 +395,7 @@ def _start_worker(cluster: Cluster, *, num_cpus: int, object_store_memory: int,
                   env: dict[str, str] | None) -> tuple[subprocess.Popen, Path]:
     n = len(list(Path(cluster.temp_dir).glob("ray-worker-*.log")))
     log_path = Path(cluster.temp_dir) / f"ray-worker-{n}.log"
-    node_mgr, obj_mgr, metrics, agent_http, agent_grpc, runtime_env = free_ports(6)
+    node_mgr, obj_mgr, metrics, agent_http, agent_grpc, runtime_env = free_ports(6, host="")
     taken = {node_mgr, obj_mgr, metrics, agent_http, agent_grpc, runtime_env}
     wlo, whi = free_port_range(WORKER_PORTS, *_WORKER_RANGE, exclude=taken | cluster.ports)
     cmd = [
