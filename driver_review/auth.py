@@ -130,7 +130,7 @@ class _StaticHeader(httpx.Auth):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._name}: ***)"
 
-    def auth_flow(self, request: httpx.Request):  # type: ignore[override]
+    def auth_flow(self, request: httpx.Request):
         request.headers[self._name] = self._value
         yield request
 
@@ -166,10 +166,10 @@ class ClientCredentialsAuth(httpx.Auth):
     def __repr__(self) -> str:
         return f"ClientCredentialsAuth({self.token_url!r}, ***)"
 
-    def sync_auth_flow(self, request: httpx.Request):  # type: ignore[override]
+    def sync_auth_flow(self, request: httpx.Request):
         raise RuntimeError("oauth2_client_credentials is for async clients")
 
-    async def async_auth_flow(  # type: ignore[override]
+    async def async_auth_flow(
         self, request: httpx.Request
     ) -> AsyncGenerator[httpx.Request, httpx.Response]:
         token = await self._current()

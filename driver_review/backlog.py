@@ -59,7 +59,9 @@ BatchBuilder = Callable[[np.ndarray, Lane, float], pa.RecordBatch]
 
 
 class StageBacklog:
-    def __init__(self, stage: str, *, batch_size: int, build: BatchBuilder, put: Callable) -> None:
+    def __init__(
+        self, stage: str, *, batch_size: int, build: BatchBuilder, put: Callable[[Any], Any]
+    ) -> None:
         self.stage = stage
         self.batch_size = batch_size
         self._build = build

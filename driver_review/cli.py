@@ -6,7 +6,8 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from driver_review.commands import CommandUnavailable, installed
 from driver_review.config import DEFAULT_INSTANCE
@@ -20,7 +21,7 @@ def add_pipeline_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default="./data", help="local path or pyarrow.fs URI")
 
 
-def positive(kind: type) -> object:
+def positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
     def parse(text: str) -> object:
         try:
             value = kind(text)
@@ -154,13 +155,13 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(state, sort_keys=True) if args.json else "\n".join(format_status(state)))
         return 0 if state["ok"] else 1
     if args.command == "report":
-        from driver_review.report import build_report, format_report
+        from driver_review.report import build_report, report_lines
 
         result = build_report(args.data_dir)
         if args.json:
             print(json.dumps(result, sort_keys=True))
         else:
-            print("\n".join(format_report(result)))
+            print("\n".join(report_lines(result)))
         return 0
     if args.command == "explain":
         from driver_review.explain_cli import run_explain

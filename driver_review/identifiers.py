@@ -59,7 +59,7 @@ def id_problem(value: object) -> str | None:
 def version_problem(value: object) -> str | None:
     """Why ``value`` cannot be a version, or None."""
     problem = _segment_problem("version", value)
-    if problem is None and len(value.encode()) > MAX_VERSION_BYTES:  # type: ignore[union-attr]
+    if problem is None and isinstance(value, str) and len(value.encode()) > MAX_VERSION_BYTES:
         return f"version {shown(value)} is longer than {MAX_VERSION_BYTES} bytes"
     return problem
 

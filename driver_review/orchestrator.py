@@ -291,7 +291,7 @@ class OrchestratorCore:
             self.counters.dropped_at_handout += len(dropped)
             ledger.set_work(dropped, Work.IDLE)
             self._enqueue([int(r) for r in dropped], Lane.FRESH, self.clock())
-        return mask
+        return np.asarray(mask, dtype=bool)
 
     def extend(self, lease_id: int) -> bool:
         """Keep a lease alive (a worker still busy with a slow batch)."""
@@ -330,7 +330,7 @@ class OrchestratorCore:
                 by_stage = self.counters.verdicts_by_stage.setdefault(out.stage, {})
                 by_stage[name] = by_stage.get(name, 0) + 1
             after: Change | BadRow | None = out.after
-            if after is not None:
+            if isinstance(after, Change):
                 problem = _invalid(after, len(self.stages), now)
                 if problem:  # e.g. a version too long for the ledger: refused, never cut
                     after = bad_row(dataclasses.asdict(after), *problem, source="report",
@@ -429,7 +429,9 @@ class OrchestratorCore:
         if entry is None:
             return None
         for key in ("stage", "decided_stage"):
-            entry[key] = self.stage_name(int(entry[key]))  # type: ignore[arg-type]
+            position = entry[key]
+            assert isinstance(position, int)
+            entry[key] = self.stage_name(position)
         return entry
 
     # -- window -------------------------------------------------------------------------

@@ -199,7 +199,8 @@ class Prober:
             self.report.add("adapter", "info", f"{cat.adapter} not exercised: probing the "
                             "REST contract")
         async with httpx.AsyncClient(
-            base_url=base, params=parse_qsl(parts.query), transport=self._transport,
+            base_url=base, params=httpx.QueryParams(tuple(parse_qsl(parts.query))),
+            transport=self._transport,
             auth=build_auth(cat.auth, "catalog.auth", environ=self._environ,
                             transport=self._transport),
             timeout=TIMEOUT_S, headers={"user-agent": "driver-review-probe",

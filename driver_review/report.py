@@ -70,7 +70,7 @@ def latency_summary(seconds: np.ndarray) -> dict[str, float] | None:
             "max": round(float(seconds.max()), 4)}
 
 
-def format_report(report: dict[str, Any]) -> list[str]:
+def report_lines(report: dict[str, Any]) -> list[str]:
     lines = [f"{report['rows']} decisions on {report['drivers']} drivers in "
              f"{report['data_dir']}/reviews/"]
     if report["rows"]:

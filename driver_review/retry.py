@@ -189,7 +189,9 @@ _KEY = re.compile(r"[a-z*][a-z0-9_.*-]*")
 
 def _split(text: str, sep: str) -> list[str]:
     """Split on ``sep`` outside double quotes."""
-    parts, buf, quoted, escaped = [], [], False, False
+    parts: list[str] = []
+    buf: list[str] = []
+    quoted = escaped = False
     for ch in text:
         if escaped:
             escaped = False

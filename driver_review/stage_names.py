@@ -124,10 +124,10 @@ def decode(
             if chunks else np.zeros(0, np.int64)
         out = values.astype(np.int16)
         beyond = out >= len(stages)
-        missing = Counter(f"#{int(p)}" for p in out[beyond])
+        beyond_list: Counter[str] = Counter(f"#{int(p)}" for p in out[beyond])
         out[beyond] = UNKNOWN
         out[out < NO_STAGE] = UNKNOWN
-        return out, missing
+        return out, beyond_list
     position = {name: i for i, name in enumerate(stages)}
     for old, new in (migrate or {}).items():
         if new in position:  # the config refuses any other migration before this runs

@@ -58,7 +58,9 @@ def _digest(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:
     return base64.b64encode(hmac.new(key, content, hashlib.sha256).digest()).decode()
 
 
-def signed_headers(secret: str, msg_id: str, body: bytes, timestamp: int | None = None) -> dict:
+def signed_headers(
+    secret: str, msg_id: str, body: bytes, timestamp: int | None = None
+) -> dict[str, str]:
     ts = int(time.time()) if timestamp is None else timestamp
     return {
         "webhook-id": msg_id,

@@ -85,7 +85,7 @@ def build_app(args: IngressArgs) -> Application:
     forwarded = RedactedSecret(value) if value else None
     if forwarded is not None:
         load_verifier(args.webhook_secret_env, forwarded, args.tolerance_s)  # fail fast
-    return DriverReviewIngress.options(
+    return DriverReviewIngress.options(  # type: ignore[attr-defined]  # @serve.deployment
         num_replicas=args.num_replicas,
         max_ongoing_requests=args.max_ongoing_requests or 2 * args.batch_max,
         max_queued_requests=args.max_queued_requests,

@@ -139,7 +139,7 @@ def _frame(system: Any, sim_url: str, elapsed_s: float, phase: str) -> list[str]
         queued = (status.get("backlog") or {}).get(stage, {}).get("queued", 0)
         lines.append(f"  {stage:<14}{queued:>8}{pool['workers']:>9}{pool['in_flight']:>11}"
                      f"{pool['waiting_for_permit']:>6}")
-    gov = next(iter((status.get("governor") or {}).values()), {})
+    gov: dict[str, Any] = next(iter((status.get("governor") or {}).values()), {})
     cache = status.get("cache") or {}
     lines.append("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items()))
                  + f"; governor {gov.get('rate', 0):.0f}/s ({gov.get('state', '-')}); "

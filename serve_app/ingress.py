@@ -86,7 +86,7 @@ def _retry_after_s(full: BaseException) -> float:
     delay = getattr(full, "retry_after_s", None)
     if delay is None:
         delay = getattr(getattr(full, "cause", None), "retry_after_s", 1.0)
-    return float(delay)
+    return float(delay) if delay is not None else 1.0
 
 
 def _replica_id() -> Any:
@@ -117,8 +117,9 @@ class DriverReviewIngress:
         self.quarantine_seen = SeenIds(max_size=args.dedupe_size)
         self._inflight: dict[str, asyncio.Future[bool]] = {}
         self.counters = IngressCounters(args.instance)
-        self._intake_batch.set_max_batch_size(args.batch_max)
-        self._intake_batch.set_batch_wait_timeout_s(args.batch_wait_s)
+        # Methods @serve.batch adds to the function it wraps (unknown to type checkers).
+        self._intake_batch.set_max_batch_size(args.batch_max)  # type: ignore[attr-defined]
+        self._intake_batch.set_batch_wait_timeout_s(args.batch_wait_s)  # type: ignore[attr-defined]
 
     # -- webhook --------------------------------------------------------------------------
     @api.post(WEBHOOK_ROUTE, status_code=202, responses=WEBHOOK_RESPONSES,

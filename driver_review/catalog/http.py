@@ -129,7 +129,7 @@ class HttpCatalog:
             auth=build_auth(config.auth, "catalog.auth"),
             # A query in the catalog URL (an API token, say) goes with every request: left
             # in the base URL, httpx would append the paths to it.
-            params=query,
+            params=httpx.QueryParams(tuple(query)),
             transport=transport,
             timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
             limits=httpx.Limits(

@@ -145,6 +145,7 @@ class FaultInjector:
 
     def _malformed_body(self, scope: Scope) -> bytes:
         path: str = scope.get("path", "")
+        wrong: dict[str, object]
         if path.startswith("/v1/checks/"):
             wrong = {"passed": "maybe"}
         elif path.endswith("/package"):

@@ -58,7 +58,8 @@ class TokenBucket:
     def __init__(self, rate: float, burst: int) -> None:
         _check(rate, burst)
         self.rate, self.burst = rate, max(1, burst)
-        self._tokens, self._at = float(self.burst), None
+        self._tokens = float(self.burst)
+        self._at: float | None = None
 
     def admit(self, now: float) -> Verdict:
         at = now if self._at is None else self._at

@@ -27,7 +27,7 @@ from driver_review.sim.state import CatalogState
 
 __all__ = ["SimServer", "SimSettings", "serve_forever"]
 
-GRACEFUL_SHUTDOWN_S = 1.0
+GRACEFUL_SHUTDOWN_S = 1
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 
