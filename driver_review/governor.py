@@ -104,6 +104,12 @@ class Grant:
     #: The endpoint is paused this much longer (a Retry-After, an exhausted quota): a
     #: client stops taking work for it rather than queue it behind the pause.
     paused_for_s: float = 0.0
+    #: When the lease was made on ``clock`` (a name for the issuer's monotonic clock, e.g.
+    #: its node): a client reading the same clock schedules from ``issued_at`` rather
+    #: than from when the grant reached it, so a grant that arrived late does not
+    #: overlap the next one another client got promptly (a burst the server never allowed).
+    issued_at: float | None = None
+    clock: str | None = None
 
 
 class RateGovernor:

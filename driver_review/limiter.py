@@ -44,7 +44,10 @@ class PermitBucket:
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         max_late_s: float = MAX_LATE_S,
+        clock_name: str | None = None,
     ) -> None:
+        """``clock_name``: what ``clock`` is, as grants name theirs (``Grant.clock``);
+        a grant made on the same clock is scheduled from when it was made."""
         if batch < 1:
             raise ValueError(f"batch must be >= 1, got {batch}")
         self._lease = lease
@@ -53,6 +56,7 @@ class PermitBucket:
         self._clock = clock
         self._sleep = sleep
         self._max_late_s = max_late_s
+        self._clock_name = clock_name
         self._times: deque[float] = deque()  # local monotonic times of held permits
         self._grant: Grant | None = None
         self._generation = 0  # bumped when held permits are dropped
@@ -92,6 +96,9 @@ class PermitBucket:
             await self._sleep(max(grant.retry_in_s, 0.001))
             return
         base = self._clock()
+        if (grant.issued_at is not None and self._clock_name is not None
+                and grant.clock == self._clock_name):
+            base = grant.issued_at  # permits it took long to deliver are late, not later
         self._grant = grant
         self._times.extend(base + d for d in grant.delays_s)
 

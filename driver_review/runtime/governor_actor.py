@@ -10,6 +10,7 @@ only 429s and rate-limit headers are sent at once, since those change the schedu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -40,6 +41,7 @@ class GovernorService:
     ) -> None:
         self.config = config
         self.instance = instance
+        self._clock = node_clock()
         self._governors: dict[str, RateGovernor] = {}
         # Warm start: what earlier runs learnt, per endpoint key, from the data dir.
         self._store = LearntStore(data_dir) if data_dir and config.warm_start_s > 0 else None
@@ -68,7 +70,7 @@ class GovernorService:
             # When they came, not when they were reported: at a few requests a second a
             # lease spans seconds, and the meter reads served rates over one.
             gov.observe(200, {}, now - min(max(0.0, age), MAX_SUCCESS_AGE_S))
-        grant = gov.lease(n, now)
+        grant = dataclasses.replace(gov.lease(n, now), issued_at=now, clock=self._clock)
         tags = {"instance": self.instance, "key": key}
         metrics.governor_rate().set(gov.rate, tags)
         metrics.governor_limit().set(gov.stats(now)["limit_estimate"] or 0.0, tags)
@@ -121,6 +123,16 @@ class GovernorService:
         return {key: gov.stats(now) for key, gov in self._governors.items()}
 
 
+def node_clock() -> str | None:
+    """The name of this process's ``time.monotonic``: one per node (processes on a node
+    share it), None outside Ray."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    return f"monotonic@{ray.get_runtime_context().get_node_id()}"
+
+
 def _without_time(entry: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """An entry without its timestamp, rounded: a limit re-learnt unchanged needs no write."""
     if entry is None:
@@ -135,7 +147,8 @@ class RemoteLimiter:
     def __init__(self, governor: ActorRef, key: str, *, batch: int) -> None:
         self.governor = governor
         self.key = key
-        self._bucket = PermitBucket(self._lease, batch=batch, give_back=self._give_back)
+        self._bucket = PermitBucket(self._lease, batch=batch, give_back=self._give_back,
+                                    clock_name=node_clock())
         self._successes: list[float] = []  # when answers other than 429 came, unreported
         self.waiting = 0
         #: The endpoint's rate as of the last lease (None before one): workers size their

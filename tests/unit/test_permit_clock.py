@@ -1,0 +1,41 @@
+"""Permits leased from a governor on the same clock are scheduled from when the lease was
+made, not from when the grant arrived: a grant delivered late must not overlap the next
+one (another worker's, delivered promptly) as a burst."""
+
+from __future__ import annotations
+
+import asyncio
+
+from driver_review.governor import Grant
+from driver_review.limiter import PermitBucket
+
+
+def _spent_at(grant_clock: str | None, bucket_clock: str | None) -> list[float]:
+    now = [0.3]  # the grant, made at 0.0, reaches this client 0.3 s late
+    spent: list[float] = []
+
+    async def lease(n: int) -> Grant:
+        return Grant(1, 0, (0.0, 0.2, 0.4, 0.6), 5.0, issued_at=0.0, clock=grant_clock)
+
+    async def sleep(s: float) -> None:
+        now[0] += s
+
+    async def run() -> None:
+        bucket = PermitBucket(lease, batch=4, clock=lambda: now[0], sleep=sleep,
+                              clock_name=bucket_clock)
+        for _ in range(3):
+            await bucket.acquire()
+            spent.append(round(now[0], 3))
+
+    asyncio.run(run())
+    return spent
+
+
+def test_on_the_same_clock_a_late_grant_keeps_its_schedule_and_forfeits_what_is_overdue() -> None:
+    # 0.0 is 0.3 s overdue: forfeited; 0.2 is 0.1 s overdue: still spent (MAX_LATE_S).
+    assert _spent_at("monotonic@n1", "monotonic@n1") == [0.3, 0.4, 0.6]
+
+
+def test_on_another_clock_the_schedule_starts_when_the_grant_arrives() -> None:
+    assert _spent_at("monotonic@n1", "monotonic@n2") == [0.3, 0.5, 0.7]
+    assert _spent_at(None, None) == [0.3, 0.5, 0.7]
