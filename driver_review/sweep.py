@@ -25,6 +25,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -37,8 +38,10 @@ from driver_review.errors import CatalogError, IntakeFull
 from driver_review.identifiers import redact_location
 from driver_review.ledger import Change
 from driver_review.quarantine import BadRow, taken
+from driver_review.runtime.answers import SweepProgress
 from driver_review.runtime.clients import make_catalog
-from driver_review.runtime.names import ActorRef, connect
+from driver_review.runtime.handles import OrchestratorClient
+from driver_review.runtime.names import connect
 from driver_review.runtime.pool import merge_calls, merge_counts
 from driver_review.runtime.system import System, start_system, stop_system
 
@@ -112,11 +115,12 @@ def run_sweep(
     return asyncio.run(_sweep(config, options, progress or Progress()))
 
 
-async def _intake(orchestrator: ActorRef, changes: list[Change], deadline: float) -> int:
+async def _intake(orchestrator: OrchestratorClient, changes: list[Change],
+                  deadline: float) -> int:
     """Hand a chunk to intake, waiting as long as the orchestrator says it is full."""
     while True:
         try:
-            return int(await orchestrator.call("intake", changes, int(Lane.STALE)))
+            return await orchestrator.intake(changes, Lane.STALE)
         except IntakeFull as full:
             if time.monotonic() > deadline:
                 raise
@@ -145,7 +149,7 @@ class _Run:
         #: starts its own from zero.
         self.verdicts: dict[str, dict[str, int]] = {}
         self.orchestrator_down = False
-        self._last: dict[str, Any] = {}
+        self._last: Mapping[str, Any] = {}
 
     @property
     def restarts(self) -> int:
@@ -154,9 +158,9 @@ class _Run:
     def decided(self) -> int:
         return sum(sum(v.values()) for v in self.verdicts.values())
 
-    async def _state(self) -> dict[str, Any]:
+    async def _state(self) -> SweepProgress:
         try:
-            state: dict[str, Any] = await self.system.orchestrator.call("progress")
+            state = await self.system.orchestrator.progress()
         except (RayActorError, GetTimeoutError, ValueError) as exc:
             self.orchestrator_down = True
             raise Unfinished(f"orchestrator unreachable for "
@@ -241,7 +245,7 @@ class _Run:
             listing.queued += await _intake(self.system.orchestrator, chunk, self.deadline)
             listing.fed += len(chunk)
         if bad:
-            await self.system.orchestrator.call("quarantine", bad)
+            await self.system.orchestrator.quarantine(bad)
         listing.bad = len(bad)
         self.listing = listing
         self.listings += 1
@@ -285,7 +289,7 @@ class _Run:
         self.listing = listing
         return listing.in_review
 
-    def _report(self, state: dict[str, Any], final: bool = False) -> None:
+    def _report(self, state: Mapping[str, Any], final: bool = False) -> None:
         self.progress.update(self.listing.listed, self.decided(), state.get("queued", 0),
                              state.get("leased", 0), time.monotonic() - self.started,
                              final=final)

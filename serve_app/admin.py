@@ -155,8 +155,9 @@ def build_admin_api(system: System, args: AdminArgs, token: RedactedSecret | Non
             await asyncio.sleep(args.sample_every_s)
 
     async def ledger_entry(driver_id: str) -> dict[str, Any] | None:
-        return await asyncio.wait_for(system.orchestrator.call("driver", driver_id),
-                                      args.status_timeout_s)
+        entry = await asyncio.wait_for(system.orchestrator.driver(driver_id),
+                                       args.status_timeout_s)
+        return dict(entry) if entry is not None else None
 
     @api.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -21,7 +21,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from driver_review.config import PipelineConfig
 from driver_review.errors import ConfigError
-from driver_review.runtime.names import NAMESPACE, ActorRef, actor_name
+from driver_review.runtime.handles import AdminClient
+from driver_review.runtime.names import NAMESPACE, actor_name
 from driver_review.runtime.system import System
 from serve_app.admin import AdminArgs, admin_token, build_admin_api
 from serve_app.webhook import RedactedSecret
@@ -96,24 +97,24 @@ def start_admin(config: PipelineConfig, *, instance: str, host: str, port: int,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
     ).remote(config, args, host, port, token)
     _started[instance] = handle
-    bound_host, bound_port = ray.get(handle.address.remote())
+    # Without retries, as on any actor just created: one that cannot listen fails at once.
+    bound_host, bound_port = AdminClient(instance, handle=handle, timeout_s=0).address_sync()
     return _url(bound_host, bound_port)
 
 
 def admin_url(instance: str) -> str:
     """The base URL of the running admin endpoint of ``instance``."""
-    host, port = ActorRef(actor_name(instance, "admin")).call_sync("address")
+    host, port = AdminClient(instance).address_sync()
     return _url(host, port)
 
 
 def stop_admin(instance: str) -> None:
     _started.pop(instance, None)
-    ref = ActorRef(actor_name(instance, "admin"))
+    admin = AdminClient(instance, timeout_s=STOP_TIMEOUT_S)
     with contextlib.suppress(Exception):
-        ref.timeout_s = STOP_TIMEOUT_S
-        ref.call_sync("stop")
+        admin.stop_sync()
     with contextlib.suppress(ValueError):
-        ray.kill(ray.get_actor(ref.name, namespace=NAMESPACE), no_restart=True)
+        ray.kill(ray.get_actor(admin.name, namespace=NAMESPACE), no_restart=True)
 
 
 def _url(host: Any, port: int) -> str:

@@ -177,7 +177,7 @@ class DriverReviewIngress:
         records = [p.record for p in pings if p.record is not None]
         if records:
             try:
-                await asyncio.wait_for(self.system.cache.call("fill", records),
+                await asyncio.wait_for(self.system.cache.fill(records),
                                        self.args.call_timeout_s)
             except Exception as exc:  # only an optimisation: the worker fetches instead
                 log.warning("cache fill of %d fat pings failed: %s", len(records),
@@ -192,11 +192,11 @@ class DriverReviewIngress:
         held = [changes[i] for i in range(n) if outcomes[i] is None and i in changes]
         try:
             await asyncio.wait_for(
-                self.system.orchestrator.call("intake", held, int(Lane.FRESH)),
+                self.system.orchestrator.intake(held, Lane.FRESH),
                 self.args.call_timeout_s,
             )
             if bad:
-                await asyncio.wait_for(self.system.orchestrator.call("quarantine", bad),
+                await asyncio.wait_for(self.system.orchestrator.quarantine(bad),
                                        self.args.call_timeout_s)
         except IntakeFull as full:
             out = _Outcome(429, "intake_full", _retry_after_s(full), "intake is full")
@@ -218,7 +218,7 @@ class DriverReviewIngress:
         sender retries (the next poll would find the change too)."""
         ids = [pings[i].driver_id for i in thin]
         try:
-            found = await asyncio.wait_for(self.system.cache.call("lookup", ids),
+            found = await asyncio.wait_for(self.system.cache.lookup(ids),
                                            self.args.call_timeout_s)
         except Exception as exc:
             log.warning("looking up %d thin pings failed: %s", len(ids), type(exc).__name__)
@@ -242,7 +242,7 @@ class DriverReviewIngress:
     @api.get("/healthz", responses=HEALTHZ_RESPONSES)
     async def healthz(self) -> JSONResponse:
         try:
-            await asyncio.wait_for(self.system.orchestrator.call("ping"),
+            await asyncio.wait_for(self.system.orchestrator.ping(),
                                    self.args.status_timeout_s)
         except Exception as exc:
             return JSONResponse({"status": "unavailable",

@@ -19,10 +19,8 @@ from driver_review.catalog.models import DriverRecord
 from driver_review.config import PipelineConfig
 from driver_review.errors import CatalogError
 from driver_review.runtime import metrics
+from driver_review.runtime.answers import CacheItem
 from driver_review.runtime.clients import make_catalog
-
-#: What ``get_many`` answers per item: ``([ref], None)`` or ``(None, error class name)``.
-Fetched = tuple[list[Any] | None, str | None]
 
 
 class CacheService:
@@ -45,7 +43,7 @@ class CacheService:
 
     async def get_many(
         self, items: Sequence[tuple[str, str | None, bool]]
-    ) -> list[Fetched]:
+    ) -> list[CacheItem]:
         """``(driver_id, version, revalidate)`` each; ``revalidate`` asks the catalog even
         on a hit (a conditional GET: a 304 costs no body) — the freshness re-sweeps use it
         to confirm that what we hold is still what the catalog says."""
@@ -53,7 +51,7 @@ class CacheService:
         metrics.cache_hit_ratio().set(self.core.stats()["hit_ratio"], {"instance": self.instance})
         return got
 
-    async def _get(self, driver_id: str, version: str | None, revalidate: bool) -> Fetched:
+    async def _get(self, driver_id: str, version: str | None, revalidate: bool) -> CacheItem:
         entry = self.core.lookup(driver_id, version)
         if entry is None or revalidate:
             try:

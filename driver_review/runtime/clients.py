@@ -7,15 +7,15 @@ from driver_review.catalog.base import Catalog
 from driver_review.config import PipelineConfig
 from driver_review.identifiers import endpoint_key
 from driver_review.runtime.governor_actor import RemoteLimiter
+from driver_review.runtime.handles import GovernorClient
 from driver_review.runtime.metrics import call_recorder
-from driver_review.runtime.names import ActorRef, actor_name
 
 __all__ = ["endpoint_key", "make_catalog"]
 
 
 def make_catalog(config: PipelineConfig, instance: str) -> tuple[Catalog, RemoteLimiter]:
     """The configured catalog adapter, paced by the governor under the catalog's key."""
-    governor = ActorRef(actor_name(instance, "governor"))
+    governor = GovernorClient(instance)
     limiter = RemoteLimiter(
         governor, endpoint_key(config.catalog.url, config.catalog.rate_key),
         batch=config.governor.lease_size,

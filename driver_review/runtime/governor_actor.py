@@ -23,7 +23,7 @@ from driver_review.governor import Grant, RateGovernor
 from driver_review.limiter import PermitBucket
 from driver_review.retry import parse_retry_after
 from driver_review.runtime import metrics
-from driver_review.runtime.names import ActorRef
+from driver_review.runtime.handles import GovernorClient
 from driver_review.warmstart import LearntStore
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ def _without_time(entry: Mapping[str, Any] | None) -> dict[str, Any] | None:
 class RemoteLimiter:
     """:class:`~driver_review.catalog.base.Limiter` over the governor actor."""
 
-    def __init__(self, governor: ActorRef, key: str, *, batch: int) -> None:
+    def __init__(self, governor: GovernorClient, key: str, *, batch: int) -> None:
         self.governor = governor
         self.key = key
         self._bucket = PermitBucket(self._lease, batch=batch, give_back=self._give_back,
@@ -158,7 +158,7 @@ class RemoteLimiter:
         self._pending: set[asyncio.Task] = set()
 
     async def _lease(self, n: int) -> Grant:
-        grant: Grant = await self.governor.call("lease", self.key, n, self._ages())
+        grant = await self.governor.lease(self.key, n, self._ages())
         self._bucket.note_epoch(grant.epoch)
         self.rate = grant.rate
         self._paused_until = time.monotonic() + grant.paused_for_s
@@ -177,7 +177,7 @@ class RemoteLimiter:
         return max(0.0, self._paused_until - time.monotonic())
 
     async def _give_back(self, grant: Grant, unused: int) -> None:
-        await self.governor.call("give_back", self.key, grant, unused)
+        await self.governor.give_back(self.key, grant, unused)
 
     async def acquire(self) -> None:
         self.waiting += 1
@@ -204,7 +204,7 @@ class RemoteLimiter:
         if status == 429 or pause_s is not None:
             self._bucket.drop()  # a pause or a slower schedule is coming: don't spend these
         task = asyncio.get_running_loop().create_task(
-            self.governor.call("observe", self.key, status, dict(headers), self._ages())
+            self.governor.observe(self.key, status, dict(headers), self._ages())
         )
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)

@@ -63,6 +63,12 @@ def lookup(name: str, *, timeout_s: float = LOOKUP_TIMEOUT_S) -> Any:
         attempt += 1
 
 
+def _by_name(cls: type[ActorRef], name: str, timeout_s: float) -> ActorRef:
+    ref = cls.__new__(cls)
+    ActorRef.__init__(ref, name, timeout_s=timeout_s)
+    return ref
+
+
 class ActorRef:
     """A handle by name: calls retry on a dead or restarting actor and look it up again.
 
@@ -70,13 +76,17 @@ class ActorRef:
     still news, leases re-queued on expiry), so a retried call never does harm.
     """
 
-    def __init__(self, name: str, *, timeout_s: float = LOOKUP_TIMEOUT_S) -> None:
+    def __init__(self, name: str, *, timeout_s: float = LOOKUP_TIMEOUT_S,
+                 handle: Any = None) -> None:
         self.name = name
         self.timeout_s = timeout_s
-        self._handle: Any = None
+        # Given by whoever just created the actor, so the first call needs no lookup.
+        self._handle: Any = handle
 
     def __reduce__(self):
-        return (ActorRef, (self.name,), {"timeout_s": self.timeout_s})
+        # By name only (a handle may be stale where it lands), as the same class: the typed
+        # clients of :mod:`.handles` build their names in their constructors.
+        return (_by_name, (type(self), self.name, self.timeout_s))
 
     @property
     def handle(self) -> Any:

@@ -25,7 +25,7 @@ from driver_review.identifiers import MAX_FUTURE_SKEW_S
 from driver_review.ledger import Change
 from driver_review.quarantine import BadRow, taken
 from driver_review.runtime.clients import make_catalog
-from driver_review.runtime.names import ActorRef, actor_name
+from driver_review.runtime.handles import OrchestratorClient
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class PollerService:
         self.config = config
         self.instance = instance
         self.interval_s = interval_s if interval_s is not None else config.window.bucket_s
-        self.orchestrator = ActorRef(actor_name(instance, "orchestrator"))
+        self.orchestrator = OrchestratorClient(instance)
         self._catalog: Any = None
         self._task: asyncio.Task | None = None
         self.polls = 0
@@ -79,7 +79,7 @@ class PollerService:
     async def poll_once(self) -> dict[str, Any]:
         """One pass; returns what it read. Safe to call while the loop runs."""
         started = time.monotonic()
-        watermark, incarnation = await self.orchestrator.call("watermark")
+        watermark, incarnation = await self.orchestrator.watermark()
         if watermark <= 0:
             # Catalog time is unknown before the first answer; our clock less the overlap
             # covers changes made while the listing pages through.
@@ -95,7 +95,7 @@ class PollerService:
             kind = "changes"
         advanced = watermark
         if newest > watermark:
-            advanced = await self.orchestrator.call("advance_watermark", newest, incarnation)
+            advanced = await self.orchestrator.advance_watermark(newest, incarnation)
         self.polls += 1
         self.changes_read += read
         self.last_poll = {"kind": kind, "read": read, "watermark": advanced,
@@ -124,7 +124,7 @@ class PollerService:
         if chunk:
             await self._intake(chunk, lane)
         if bad:  # held before the watermark moves past them
-            self.quarantined += await self.orchestrator.call("quarantine", bad)
+            self.quarantined += await self.orchestrator.quarantine(bad)
         # Good rows are never beyond the skew allowance; the cap keeps that true whatever
         # a future adapter lets through, so later changes are never skipped.
         return read, min(newest, time.time() + MAX_FUTURE_SKEW_S)
@@ -132,7 +132,7 @@ class PollerService:
     async def _intake(self, chunk: list[Change], lane: Lane) -> None:
         while True:
             try:
-                self.queued += await self.orchestrator.call("intake", chunk, int(lane))
+                self.queued += await self.orchestrator.intake(chunk, lane)
                 return
             except IntakeFull as full:
                 self.intake_full_waits += 1

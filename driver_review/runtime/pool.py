@@ -20,7 +20,8 @@ from ray.exceptions import ActorAlreadyExistsError
 from driver_review.autoscale import AutoscalePolicy, PoolSample
 from driver_review.config import PipelineConfig
 from driver_review.runtime import metrics
-from driver_review.runtime.names import ActorRef, actor_name
+from driver_review.runtime.answers import WorkerStats
+from driver_review.runtime.handles import CacheClient, OrchestratorClient, StageWorkerClient
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +46,9 @@ class StagePoolService:
             min_workers=pool.min_workers, max_workers=pool.max_workers,
             idle_shrink_s=pool.idle_shrink_s,
         )
-        self.orchestrator = ActorRef(actor_name(instance, "orchestrator"))
-        self.cache = ActorRef(actor_name(instance, "cache"))
-        self.workers: dict[str, Any] = {}
+        self.orchestrator = OrchestratorClient(instance)
+        self.cache = CacheClient(instance)
+        self.workers: dict[str, StageWorkerClient] = {}
         self._serial = 0
         self._ticker: asyncio.Task | None = None
         self.events: list[dict[str, Any]] = []  # scale events, newest last (bounded)
@@ -84,10 +85,10 @@ class StagePoolService:
 
     async def _tick(self) -> None:
         stats = await self._worker_stats()
-        depths = await self.orchestrator.call("backlog_depths")
+        depths = await self.orchestrator.backlog_depths()
         # Driver fetches wait for permits in the shared cache; the endpoint is the same, so
         # a cache held by the governor holds this stage too.
-        cache = await self.cache.call("stats")
+        cache = await self.cache.stats()
         in_flight = sum(s["in_flight"] for s in stats.values())
         sample = PoolSample(
             backlog=depths.get(self.stage, 0),
@@ -111,11 +112,11 @@ class StagePoolService:
             idlest = min(stats, key=lambda n: stats[n]["in_flight"])
             await self._retire(idlest, self.policy.last_reason)
 
-    async def _worker_stats(self) -> dict[str, dict[str, Any]]:
+    async def _worker_stats(self) -> dict[str, WorkerStats]:
         """Stats of live workers; a dead one is replaced (its leases expire and re-queue)."""
         names = list(self.workers)
         results = await asyncio.gather(
-            *(self.workers[n].ping.remote() for n in names), return_exceptions=True
+            *(self.workers[n].ping() for n in names), return_exceptions=True
         )
         for name, res in zip(names, results, strict=True):
             if isinstance(res, Exception):
@@ -126,7 +127,7 @@ class StagePoolService:
         # only workers still in the pool.
         names = list(self.workers)
         stats = await asyncio.gather(
-            *(self.workers[n].stats.remote() for n in names), return_exceptions=True
+            *(self.workers[n].stats() for n in names), return_exceptions=True
         )
         return {
             n: s for n, s in zip(names, stats, strict=True)
@@ -138,10 +139,13 @@ class StagePoolService:
 
         for _ in range(NAME_ATTEMPTS):
             self._serial += 1
-            name = actor_name(self.instance, "worker", self.stage, str(self._serial))
+            name = StageWorkerClient.name_for(self.instance, self.stage, self._serial)
             try:
-                handle = new_worker(self.config, stage=self.stage, instance=self.instance,
-                                    name=name, data_dir=self.data_dir)
+                worker = StageWorkerClient(self.instance, self.stage, self._serial,
+                                           handle=new_worker(
+                                               self.config, stage=self.stage,
+                                               instance=self.instance, name=name,
+                                               data_dir=self.data_dir))
                 break
             except ActorAlreadyExistsError:
                 # A restarted pool counts from 1 again, and the workers of the process that
@@ -149,20 +153,20 @@ class StagePoolService:
                 continue
         else:
             raise RuntimeError(f"pool {self.stage}: {NAME_ATTEMPTS} worker names all taken")
-        await handle.start.remote()
-        self.workers[name] = handle
+        await worker.start()
+        self.workers[name] = worker
         self.peak_workers = max(self.peak_workers, len(self.workers))
         self._event("add", name, reason)
 
     async def _retire(self, name: str, reason: str, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
-        handle = self.workers.pop(name)
+        worker = self.workers.pop(name)
         self._event("drain", name, reason)
         try:
-            final = await handle.drain.remote(timeout_s)
+            final = await worker.drain(timeout_s)
             merge_counts(self.retired, final["counts"])
             merge_calls(self.retired_calls, final["calls"])
         finally:
-            ray.kill(handle, no_restart=True)
+            ray.kill(worker.handle, no_restart=True)
 
     def _event(self, kind: str, name: str, reason: str) -> None:
         self.events.append({"at": time.time(), "event": kind, "worker": name, "reason": reason,

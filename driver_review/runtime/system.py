@@ -16,7 +16,14 @@ import ray
 from driver_review import stage_names
 from driver_review.config import PipelineConfig
 from driver_review.runtime import actors
-from driver_review.runtime.names import NAMESPACE, ActorRef, actor_name
+from driver_review.runtime.handles import (
+    CacheClient,
+    GovernorClient,
+    OrchestratorClient,
+    PollerClient,
+    StagePoolClient,
+)
+from driver_review.runtime.names import NAMESPACE, ActorRef
 from driver_review.snapshot import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -27,22 +34,22 @@ class System:
     instance: str
     config: PipelineConfig
     data_dir: str
-    orchestrator: ActorRef
-    governor: ActorRef
-    cache: ActorRef
-    pools: dict[str, ActorRef]
-    poller: ActorRef
+    orchestrator: OrchestratorClient
+    governor: GovernorClient
+    cache: CacheClient
+    pools: dict[str, StagePoolClient]
+    poller: PollerClient
 
     @classmethod
     def attach(cls, config: PipelineConfig, instance: str, data_dir: str = "") -> System:
-        """Refs by name to an instance started elsewhere (status, Serve app, jobs)."""
+        """Clients by name of an instance started elsewhere (status, Serve app, jobs)."""
         return cls(
             instance, config, data_dir,
-            orchestrator=ActorRef(actor_name(instance, "orchestrator")),
-            governor=ActorRef(actor_name(instance, "governor")),
-            cache=ActorRef(actor_name(instance, "cache")),
-            pools={s: ActorRef(actor_name(instance, "pool", s)) for s in config.stage_names},
-            poller=ActorRef(actor_name(instance, "poller")),
+            orchestrator=OrchestratorClient(instance),
+            governor=GovernorClient(instance),
+            cache=CacheClient(instance),
+            pools={s: StagePoolClient(instance, s) for s in config.stage_names},
+            poller=PollerClient(instance),
         )
 
     def all_refs(self) -> list[ActorRef]:
@@ -58,20 +65,25 @@ def start_system(
     config.check_environment()  # a missing credential fails here, not in every actor
     if poll:
         check_snapshot_stages(config, instance, data_dir)
-    handles: list[Any] = [
-        # The governor starts from what earlier runs learnt of each endpoint (data dir).
-        actors.governor(config, instance, data_dir or None),
-        # Only the always-on service keeps snapshots; a sweep starts from nothing anyway.
-        actors.orchestrator(config, instance, outer_loop=outer_loop,
-                            data_dir=data_dir if poll else None, results_dir=data_dir),
-        actors.cache(config, instance),
-    ]
-    ray.get(handles[1].ping.remote())
-    pools = [actors.stage_pool(config, instance, s, data_dir, autoscale=autoscale)
-             for s in config.stage_names]
-    ray.get([p.start.remote() for p in pools])
+    # The governor starts from what earlier runs learnt of each endpoint (data dir).
+    actors.governor(config, instance, data_dir or None)
+    # Only the always-on service keeps snapshots; a sweep starts from nothing anyway.
+    orchestrator = actors.orchestrator(config, instance, outer_loop=outer_loop,
+                                       data_dir=data_dir if poll else None,
+                                       results_dir=data_dir)
+    actors.cache(config, instance)
+    # On the handles just created, without retries: an actor that cannot start fails the
+    # start at once, with Ray's error, rather than after a minute of lookups.
+    OrchestratorClient(instance, handle=orchestrator, timeout_s=0).ping_sync()
+    # Every pool begins starting its workers as it is created, so starting them one after
+    # another here waits about as long as the slowest one.
+    pools = [StagePoolClient(instance, s, timeout_s=0, handle=actors.stage_pool(
+        config, instance, s, data_dir, autoscale=autoscale)) for s in config.stage_names]
+    for pool in pools:
+        pool.start_sync()
     if poll:
-        ray.get(actors.poller(config, instance, poll_interval_s).start.remote())
+        PollerClient(instance, timeout_s=0, handle=actors.poller(
+            config, instance, poll_interval_s)).start_sync()
     return System.attach(config, instance, data_dir)
 
 
@@ -95,24 +107,25 @@ async def stop_system(system: System, *, drain_timeout_s: float = 60.0) -> dict[
     final: dict[str, Any] = {"pools": {}}
     with contextlib.suppress(ValueError):  # no poller in a sweep
         ray.get_actor(system.poller.name, namespace=NAMESPACE)
-        final["poller"] = await system.poller.call("stop")
+        final["poller"] = await system.poller.stop()
     for stage, pool in system.pools.items():
         try:
-            final["pools"][stage] = await pool.call("stop", drain_timeout_s)
+            final["pools"][stage] = await pool.stop(drain_timeout_s)
         except Exception as exc:
             log.warning("stopping pool %s: %s", stage, exc)
     try:
-        final["snapshot"] = await system.orchestrator.call("snapshot")
+        final["snapshot"] = await system.orchestrator.snapshot()
     except Exception as exc:
         log.warning("final snapshot: %s", exc)
     try:  # what was learnt of each endpoint, for the next run's warm start
-        final["learnt_saved"] = await system.governor.call("flush")
+        final["learnt_saved"] = await system.governor.flush()
     except Exception as exc:
         log.warning("saving learnt limits: %s", exc)
-    for name, ref in (("cache", system.cache), ("governor", system.governor),
-                      ("orchestrator", system.orchestrator)):
+    stats = {"cache": system.cache.stats, "governor": system.governor.stats,
+             "orchestrator": system.orchestrator.stats}
+    for name, read in stats.items():
         try:
-            final[name] = await ref.call("stats")
+            final[name] = await read()
         except Exception as exc:
             log.warning("reading %s stats: %s", name, exc)
     for ref in system.all_refs():

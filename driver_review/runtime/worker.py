@@ -30,7 +30,7 @@ from driver_review.review import Fetched, Reviewer, review_batch
 from driver_review.runtime import metrics
 from driver_review.runtime.clients import make_catalog
 from driver_review.runtime.governor_actor import RemoteLimiter
-from driver_review.runtime.names import ActorRef, actor_name
+from driver_review.runtime.handles import CacheClient, GovernorClient, OrchestratorClient
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,8 @@ class StageWorker:
         self.name = name
         self.max_in_flight = config.stage(stage).pool.max_in_flight
         self.checks = build_stage_checks(config)[stage]
-        self.orchestrator = ActorRef(actor_name(instance, "orchestrator"))
-        self.cache = ActorRef(actor_name(instance, "cache"))
+        self.orchestrator = OrchestratorClient(instance)
+        self.cache = CacheClient(instance)
         self.instance = instance
         self.writer = ResultWriter(
             data_dir, name=name, rollover_rows=config.results.rollover_rows,
@@ -133,7 +133,7 @@ class StageWorker:
 
     def _limiters_by_check(self) -> dict[str, RemoteLimiter]:
         """Each http check paces through its endpoint's key in the governor actor."""
-        governor = ActorRef(actor_name(self.instance, "governor"))
+        governor = GovernorClient(self.instance)
         by_check: dict[str, RemoteLimiter] = {}
         for check in self.checks:
             if isinstance(check.run, HttpCheck):
@@ -183,9 +183,8 @@ class StageWorker:
                     await asyncio.wait_for(self._room.wait(), timeout_s)
                 continue
             try:
-                leases: list[Lease] = await self.orchestrator.call(
-                    "demand", self.stage, free, self.name, DEMAND_WAIT_S
-                )
+                leases = await self.orchestrator.demand(self.stage, free, self.name,
+                                                        DEMAND_WAIT_S)
             except Exception as exc:  # the orchestrator is restarting: ask again shortly
                 log.warning("%s: demand failed: %s", self.name, exc)
                 await asyncio.sleep(1.0)
@@ -223,10 +222,8 @@ class StageWorker:
         try:
             batch = await lease.batch[0]
             items = batch.to_pylist()
-            got = await self.cache.call(
-                "get_many",
-                [(it["driver_id"], it["version"], it["revalidate"]) for it in items],
-            )
+            got = await self.cache.get_many(
+                [(it["driver_id"], it["version"], it["revalidate"]) for it in items])
             fetched = await asyncio.gather(*(_fetched(ref, error) for ref, error in got))
             reviewed = await review_batch(self._reviewer, items, fetched)
             for r in reviewed:
@@ -235,7 +232,7 @@ class StageWorker:
                     metrics.decisions().inc(1, {"instance": self.instance,
                                                 "stage": self.stage, "verdict": r.decided})
             self.writer.add([r.row for r in reviewed if r.row is not None])
-            await self.orchestrator.call("report", lease.lease_id, [r.result for r in reviewed])
+            await self.orchestrator.report(lease.lease_id, [r.result for r in reviewed])
         except Exception:
             # The lease expires and the orchestrator re-queues the batch: nothing is lost.
             log.exception("%s: lease %s failed", self.name, lease.lease_id)
@@ -246,13 +243,13 @@ class StageWorker:
             self._room.set()
 
     async def _refresh(self, driver_id: str) -> DriverRecord | None:
-        fresh = await self.cache.call("refresh", driver_id)
+        fresh = await self.cache.refresh(driver_id)
         return await fresh[0] if fresh else None
 
     async def _keep_alive(self, lease: Lease) -> None:
         while True:
             await asyncio.sleep(lease.lease_s / 3)
-            await self.orchestrator.call("extend", [lease.lease_id])
+            await self.orchestrator.extend([lease.lease_id])
 
 
 async def _fetched(ref: list | None, error: str | None) -> Fetched:
