@@ -14,6 +14,7 @@ import asyncio
 import math
 import os
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from driver_review.config import PipelineConfig
@@ -23,22 +24,23 @@ from driver_review.runtime.system import System
 DEFAULT_TIMEOUT_S = 2.0
 
 
-async def _ask(ref: Any, timeout_s: float, method: str = "stats") -> Any:
-    return await asyncio.wait_for(ref.call(method), timeout=timeout_s)
+async def _ask(answer: Awaitable[Any], timeout_s: float) -> Any:
+    return await asyncio.wait_for(answer, timeout=timeout_s)
 
 
 async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
     """Window, watermark, backlog per stage, leases, workers per stage, governor rates,
     cache hit ratio and the oldest review age of ``system``, as plain JSON values."""
-    parts: dict[str, Any] = {
-        "orchestrator": system.orchestrator, "cache": system.cache, "governor": system.governor,
-        **{f"pool/{stage}": ref for stage, ref in system.pools.items()},
+    # The orchestrator answers from its last tick's stats (``status``), the others live.
+    parts: dict[str, Awaitable[Any]] = {
+        "orchestrator": system.orchestrator.status(), "cache": system.cache.stats(),
+        "governor": system.governor.stats(),
+        **{f"pool/{stage}": pool.stats() for stage, pool in system.pools.items()},
     }
     *answers, poller = await asyncio.gather(
-        *(_ask(ref, timeout_s, "status" if name == "orchestrator" else "stats")
-          for name, ref in parts.items()),
+        *(_ask(answer, timeout_s) for answer in parts.values()),
         # Asked alongside; only a service has a poller, so its absence is not a fault.
-        _ask(system.poller, timeout_s),
+        _ask(system.poller.stats(), timeout_s),
         return_exceptions=True)
     got: dict[str, Any] = {}
     unavailable: dict[str, str] = {}

@@ -119,7 +119,7 @@ class StagePoolService:
             *(self.workers[n].ping() for n in names), return_exceptions=True
         )
         for name, res in zip(names, results, strict=True):
-            if isinstance(res, Exception):
+            if isinstance(res, BaseException):
                 log.warning("pool %s: worker %s is gone (%s)", self.stage, name, type(res).__name__)
                 self.workers.pop(name, None)
         # The autoscaling tick runs beside this coroutine and may add or retire a worker
@@ -131,7 +131,7 @@ class StagePoolService:
         )
         return {
             n: s for n, s in zip(names, stats, strict=True)
-            if not isinstance(s, Exception) and n in self.workers
+            if not isinstance(s, BaseException) and n in self.workers
         }
 
     async def _add(self, reason: str) -> None:

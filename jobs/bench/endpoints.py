@@ -86,12 +86,12 @@ def _watch_governor(
     per endpoint, (time, rate, limit estimate, state) for the record."""
     import asyncio
 
-    from driver_review.runtime.names import ActorRef, actor_name
+    from driver_review.runtime.handles import GovernorClient
 
-    governor = ActorRef(actor_name(instance, "governor"))
+    governor = GovernorClient(instance)
 
     async def poll() -> tuple[dict[str, Any], dict[str, Any]]:
-        return await governor.call("busy_spans"), await governor.call("stats")
+        return await governor.busy_spans(), dict(await governor.stats())
 
     while not stop.wait(1.0):
         try:

@@ -57,7 +57,7 @@ class BenchNoop:
 
 
 def _events(system: Any) -> int:
-    return int(system.orchestrator.call_sync("stats")["counters"]["events"])
+    return int(system.orchestrator.stats_sync()["counters"]["events"])
 
 
 def _held(system: Any, load: Any) -> dict[str, Any]:

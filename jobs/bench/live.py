@@ -55,8 +55,8 @@ def _settle(system: Any, sim: SimServer, timeout_s: float, *, converged: bool) -
     ``converged``, the catalog equals its truth). Returns the seconds it took."""
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
-        poller = system.poller.call_sync("stats")
-        if poller["bootstraps"] >= 1 and system.orchestrator.call_sync("quiescent"):
+        poller = system.poller.stats_sync()
+        if poller["bootstraps"] >= 1 and system.orchestrator.quiescent_sync():
             done, total = sim.state.converged()
             if not converged or done == total:
                 return time.monotonic() - started
@@ -73,14 +73,14 @@ def _cache_phase(system: Any, sim: SimServer) -> dict[str, Any]:
     drivers = len(sim.state)
     changes = max(MIN_CHANGES, drivers // 100)
     httpx.post(f"{sim.url}/_sim/reset_stats", timeout=30).raise_for_status()
-    cache_before = system.cache.call_sync("stats")
+    cache_before = system.cache.stats_sync()
     decided_before = len(sim.state.decisions)
     t0 = time.time()
     changed = {sim.state.generate_change().id for _ in range(changes)}
     settle_s = _settle(system, sim, SETTLE_TIMEOUT_S, converged=True)
     t1 = time.time()
     stats = httpx.get(f"{sim.url}/_sim/stats", timeout=30).json()
-    cache_after = system.cache.call_sync("stats")
+    cache_after = system.cache.stats_sync()
     return {
         "drivers": drivers, "changed": changed, "window": (t0, t1), "settle_s": settle_s,
         "stats": stats, "fetched": dict(sim.state.stats.fetches_by_version),
