@@ -33,12 +33,14 @@ packages:
 	  fi; \
 	else echo "not root with apt: tests needing $(SYSTEM_PACKAGES) skip where missing"; fi
 
-test: $(STAMP) packages
-	$(BIN)/ruff check .
+test: $(STAMP) packages lint
 	$(BIN)/python -m pytest $(ARGS)
 
+# Formatting, lint rules and the type checker (strict on the pure cores: [tool.mypy]).
 lint: $(STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # The edit loop: lint and the unit tests (pure logic, no Ray), in well under a minute.
 check: lint

@@ -84,7 +84,8 @@ def _read(name: str, where: str, environ: Mapping[str, str]) -> str:
 
 
 def check_environment(
-    config: BearerAuth | HeaderAuth | OAuth2ClientCredentials | None, where: str,
+    config: BearerAuth | HeaderAuth | OAuth2ClientCredentials | None,
+    where: str,
     environ: Mapping[str, str] | None = None,
 ) -> None:
     """Fail at start, with one line naming the variable, when a credential is missing."""
@@ -102,7 +103,9 @@ def _environ() -> Mapping[str, str]:
 
 
 def build_auth(
-    config: BearerAuth | HeaderAuth | OAuth2ClientCredentials | None, where: str, *,
+    config: BearerAuth | HeaderAuth | OAuth2ClientCredentials | None,
+    where: str,
+    *,
     environ: Mapping[str, str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -116,9 +119,13 @@ def build_auth(
     if isinstance(config, HeaderAuth):
         return _StaticHeader(config.name, _read(config.value_env, where, env))
     return ClientCredentialsAuth(
-        config.token_url, _read(config.client_id_env, where, env),
-        _read(config.client_secret_env, where, env), scope=config.scope, where=where,
-        transport=transport, clock=clock,
+        config.token_url,
+        _read(config.client_id_env, where, env),
+        _read(config.client_secret_env, where, env),
+        scope=config.scope,
+        where=where,
+        transport=transport,
+        clock=clock,
     )
 
 
@@ -147,8 +154,14 @@ class ClientCredentialsAuth(httpx.Auth):
     """OAuth2 client credentials with one shared token per process (see module doc)."""
 
     def __init__(
-        self, token_url: str, client_id: str, client_secret: str, *, scope: str | None,
-        where: str, transport: httpx.AsyncBaseTransport | None = None,
+        self,
+        token_url: str,
+        client_id: str,
+        client_secret: str,
+        *,
+        scope: str | None,
+        where: str,
+        transport: httpx.AsyncBaseTransport | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.token_url = token_url
@@ -192,8 +205,10 @@ class ClientCredentialsAuth(httpx.Auth):
             self._lock = asyncio.Lock()
         async with self._lock:
             # Single flight: whoever waited while another caller refreshed takes its token.
-            if self._token is not None and self._token != stale and (
-                self._clock() < self._expires_at
+            if (
+                self._token is not None
+                and self._token != stale
+                and (self._clock() < self._expires_at)
             ):
                 return self._token
             token, ttl_s = await self._fetch()
@@ -209,10 +224,13 @@ class ClientCredentialsAuth(httpx.Auth):
         route = "POST token"
         self.fetches += 1
         try:
-            async with httpx.AsyncClient(transport=self._transport,
-                                         timeout=TOKEN_TIMEOUT_S) as client:
+            async with httpx.AsyncClient(
+                transport=self._transport, timeout=TOKEN_TIMEOUT_S
+            ) as client:
                 resp = await client.post(
-                    self.token_url, data=form, auth=(self._client_id, self._client_secret),
+                    self.token_url,
+                    data=form,
+                    auth=(self._client_id, self._client_secret),
                     headers={"accept": "application/json"},
                 )
         except httpx.HTTPError as exc:
@@ -223,8 +241,9 @@ class ClientCredentialsAuth(httpx.Auth):
             raise ServerError(f"{where}: HTTP {status}", status=status, route=route)
         if status != 200:
             # Credentials refused: retrying cannot help until someone fixes them.
-            raise BadRequest(f"{where}: HTTP {status} (credentials refused?)", status=status,
-                             route=route)
+            raise BadRequest(
+                f"{where}: HTTP {status} (credentials refused?)", status=status, route=route
+            )
         try:
             answer = _Token.model_validate_json(resp.content)
         except ValidationError:

@@ -32,7 +32,11 @@ class PoolSample:
 
 class AutoscalePolicy:
     def __init__(
-        self, *, min_workers: int, max_workers: int, idle_shrink_s: float,
+        self,
+        *,
+        min_workers: int,
+        max_workers: int,
+        idle_shrink_s: float,
         sustain_ticks: int = SUSTAIN_TICKS,
     ) -> None:
         self.min_workers = min_workers

@@ -57,8 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_pipeline_args(sweep)
     sweep.add_argument("--json", action="store_true", help="print a JSON summary last")
     sweep.add_argument("--timeout-s", type=positive(float), default=3600.0)
-    sweep.add_argument("--instance", type=instance_name,
-                       help="actor name prefix (default: sweep-<random>)")
+    sweep.add_argument(
+        "--instance", type=instance_name, help="actor name prefix (default: sweep-<random>)"
+    )
 
     probe = sub.add_parser("probe", help="a bounded, read-only first contact with a vendor")
     probe.add_argument("--catalog-url", required=True, help="base URL of the vendor catalog")
@@ -78,11 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="every decision about one driver, and why")
     explain.add_argument("driver_id", metavar="DRIVER_ID")
     explain.add_argument("--data-dir", default="./data", help="local path or pyarrow.fs URI")
-    explain.add_argument("--admin-url", default="http://127.0.0.1:8001",
-                         help="admin endpoint of a running service, for the ledger entry "
-                              "(token from DRIVER_REVIEW_ADMIN_TOKEN)")
-    explain.add_argument("--offline", action="store_true",
-                         help="read the Parquet results only; ask no service")
+    explain.add_argument(
+        "--admin-url",
+        default="http://127.0.0.1:8001",
+        help="admin endpoint of a running service, for the ledger entry "
+        "(token from DRIVER_REVIEW_ADMIN_TOKEN)",
+    )
+    explain.add_argument(
+        "--offline", action="store_true", help="read the Parquet results only; ask no service"
+    )
     explain.add_argument("--json", action="store_true", help="print JSON")
 
     for command in installed():  # serve, demo, bench: from the packages above the library
@@ -142,8 +147,12 @@ def _run(args: argparse.Namespace) -> int:
         from driver_review.probe import broken_lines, format_report, run_probe
 
         report = run_probe(load_pipeline(args), check=args.check)
-        print(json.dumps(report.as_dict(), sort_keys=True) if args.json
-              else "\n".join(format_report(report)), flush=True)
+        print(
+            json.dumps(report.as_dict(), sort_keys=True)
+            if args.json
+            else "\n".join(format_report(report)),
+            flush=True,
+        )
         for line in broken_lines(report):
             print(line, file=sys.stderr)
         return 0 if report.ok else 1
@@ -166,9 +175,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "explain":
         from driver_review.explain_cli import run_explain
 
-        return run_explain(args.driver_id, data_dir=args.data_dir,
-                           admin_url=None if args.offline else args.admin_url,
-                           as_json=args.json)
+        return run_explain(
+            args.driver_id,
+            data_dir=args.data_dir,
+            admin_url=None if args.offline else args.admin_url,
+            as_json=args.json,
+        )
     for command in installed():
         if command.name == args.command:
             return command.run(args)

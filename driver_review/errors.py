@@ -138,7 +138,11 @@ class MalformedResponse(RetryableError):
 
 
 def error_for_status(
-    status: int, message: str, *, route: str | None = None, retry_after_s: float | None = None,
+    status: int,
+    message: str,
+    *,
+    route: str | None = None,
+    retry_after_s: float | None = None,
 ) -> CatalogError:
     """The error for a non-2xx answer: the one status map of driver-review.
 

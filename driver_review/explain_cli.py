@@ -29,8 +29,9 @@ def ledger_from_admin(admin_url: str, driver_id: str) -> tuple[dict[str, Any] | 
     headers = {"authorization": f"Bearer {token}"} if token else {}
     where = redact_url(admin_url)
     try:
-        answer = httpx.get(f"{admin_url.rstrip('/')}/drivers/{driver_id}", headers=headers,
-                           timeout=ADMIN_TIMEOUT_S)
+        answer = httpx.get(
+            f"{admin_url.rstrip('/')}/drivers/{driver_id}", headers=headers, timeout=ADMIN_TIMEOUT_S
+        )
     except httpx.HTTPError as exc:
         return None, f"no service answered at {where} ({type(exc).__name__}): Parquet only"
     if answer.status_code == 200:
@@ -42,23 +43,38 @@ def ledger_from_admin(admin_url: str, driver_id: str) -> tuple[dict[str, Any] | 
     return None, f"the service at {where} answered {answer.status_code}: Parquet only"
 
 
-def run_explain(driver_id: str, *, data_dir: str, admin_url: str | None, as_json: bool,
-                out: TextIO | None = None, err: TextIO | None = None) -> int:
+def run_explain(
+    driver_id: str,
+    *,
+    data_dir: str,
+    admin_url: str | None,
+    as_json: bool,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     if (problem := id_problem(driver_id)) is not None:
         raise ConfigError(f"DRIVER_ID: {problem}")
-    entry, note = (ledger_from_admin(admin_url, driver_id) if admin_url
-                   else (None, "no service asked (--offline)"))
+    entry, note = (
+        ledger_from_admin(admin_url, driver_id)
+        if admin_url
+        else (None, "no service asked (--offline)")
+    )
     try:
         doc = explain(data_dir, driver_id, entry)
     except OSError as exc:  # pyarrow raises OSError subclasses for unreadable datasets
-        print(f"driver-review: error: cannot read results under {data_dir}: {exc}"
-              .splitlines()[0], file=err)
+        print(
+            f"driver-review: error: cannot read results under {data_dir}: {exc}".splitlines()[0],
+            file=err,
+        )
         return 1
     doc["service"] = note
     if not known(doc):
-        print(f"driver-review: error: driver {driver_id!r} has no decisions under "
-              f"{doc['data_dir']}; ledger: {note}", file=err)
+        print(
+            f"driver-review: error: driver {driver_id!r} has no decisions under "
+            f"{doc['data_dir']}; ledger: {note}",
+            file=err,
+        )
         return 1
     if as_json:
         print(json.dumps(doc, sort_keys=True), file=out)

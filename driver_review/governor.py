@@ -161,8 +161,15 @@ class RateGovernor:
         # only a fair question then (benchmark, status).
         self._busy_s = 0.0
         self._busy_spans: deque[tuple[float, float]] = deque(maxlen=BUSY_SPANS)
-        self._n = {"grants": 0, "permits": 0, "returned": 0, "429s": 0, "503s": 0, "ok": 0,
-                   "decreases": 0}
+        self._n = {
+            "grants": 0,
+            "permits": 0,
+            "returned": 0,
+            "429s": 0,
+            "503s": 0,
+            "ok": 0,
+            "decreases": 0,
+        }
 
     # --- leasing ----------------------------------------------------------------------
     def lease(self, n: int, now: float) -> Grant:
@@ -186,8 +193,14 @@ class RateGovernor:
         last = start + (count - 1) * spacing_s
         paused_for_s = self.paused_for_s(now)
         if last > horizon + 1e-9:
-            return Grant(self._grant_id, self._epoch, (), self._rate, retry_in_s=last - horizon,
-                         paused_for_s=paused_for_s)
+            return Grant(
+                self._grant_id,
+                self._epoch,
+                (),
+                self._rate,
+                retry_in_s=last - horizon,
+                paused_for_s=paused_for_s,
+            )
         self._next_slot = start + count * spacing_s
         self._last_grant = (self._grant_id, self._epoch)
         self._n["grants"] += 1
@@ -312,8 +325,12 @@ class RateGovernor:
         lo = None if self._lo_guessed else self._lo
         if lo is None and self._hi is None and self._header_rate is None:
             return None
-        return {"safe_rate": lo, "limit_estimate": self._hi, "header_rate": self._header_rate,
-                "learnt_at": self._wall_clock()}
+        return {
+            "safe_rate": lo,
+            "limit_estimate": self._hi,
+            "header_rate": self._header_rate,
+            "learnt_at": self._wall_clock(),
+        }
 
     def warm_start(self, learnt: Mapping[str, Any], now: float) -> bool:
         """Start from what an earlier run learnt instead of slow start from

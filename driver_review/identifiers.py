@@ -69,8 +69,10 @@ def instance_problem(value: object) -> str | None:
     if not isinstance(value, str):
         return f"instance name is {type(value).__name__}, not a string"
     if len(value) > MAX_INSTANCE_CHARS or not _INSTANCE.fullmatch(value):
-        return (f"instance name {shown(value)} is not 1-{MAX_INSTANCE_CHARS} letters, digits, "
-                "'_' or '-' starting with a letter or digit")
+        return (
+            f"instance name {shown(value)} is not 1-{MAX_INSTANCE_CHARS} letters, digits, "
+            "'_' or '-' starting with a letter or digit"
+        )
     return None
 
 
@@ -138,6 +140,8 @@ def endpoint_key(url: str, rate_key: str | None = None) -> str:
     if port is None:
         port = _DEFAULT_PORTS.get(scheme)
     return f"{scheme}://{host}:{port}" if port is not None else f"{scheme}://{host}"
+
+
 def redact_location(location: str) -> str:
     """A data dir or other location for display: a URI loses credentials and query (an
     ``s3://KEY:SECRET@bucket`` or ``?secret_key=`` would otherwise show); a local path is
@@ -153,8 +157,11 @@ def redact_in(text: str, url: str) -> str:
         return text
     out = text.replace(url, redact_url(url))
     parts = urlsplit(url)
-    secrets = [parts.query, parts.netloc.rpartition("@")[0] if "@" in parts.netloc else "",
-               parts.password or ""]
+    secrets = [
+        parts.query,
+        parts.netloc.rpartition("@")[0] if "@" in parts.netloc else "",
+        parts.password or "",
+    ]
     # A piece of one or two characters would blot out ordinary text and hides nothing.
     for piece in sorted((p for p in secrets if len(p) >= 3), key=len, reverse=True):
         out = out.replace(piece, "***")

@@ -328,8 +328,12 @@ class Ledger:
 
     @classmethod
     def from_arrow(
-        cls, table: pa.Table, stages: Sequence[str] | None = None, *,
-        migrate: Mapping[str, str] | None = None, where: str = "the snapshot",
+        cls,
+        table: pa.Table,
+        stages: Sequence[str] | None = None,
+        *,
+        migrate: Mapping[str, str] | None = None,
+        where: str = "the snapshot",
     ) -> Ledger:
         """A ledger from :meth:`to_arrow`'s table. With the pipeline's ``stages``, stage
         names map onto their current positions; drivers at a stage the pipeline lacks
@@ -365,8 +369,11 @@ _STAGE_COLUMNS = ("stage", "decided_stage")
 
 
 def _stages_of(
-    col: pa.ChunkedArray, name: str, stages: Sequence[str] | None,
-    migrate: Mapping[str, str] | None, where: str,
+    col: pa.ChunkedArray,
+    name: str,
+    stages: Sequence[str] | None,
+    migrate: Mapping[str, str] | None,
+    where: str,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One stage column as current positions, and the rows whose decision is forgotten."""
     if stages is None:  # positions in, positions out (tables that never left the process)

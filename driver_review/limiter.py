@@ -96,8 +96,11 @@ class PermitBucket:
             await self._sleep(max(grant.retry_in_s, 0.001))
             return
         base = self._clock()
-        if (grant.issued_at is not None and self._clock_name is not None
-                and grant.clock == self._clock_name):
+        if (
+            grant.issued_at is not None
+            and self._clock_name is not None
+            and grant.clock == self._clock_name
+        ):
             base = grant.issued_at  # permits it took long to deliver are late, not later
         self._grant = grant
         self._times.extend(base + d for d in grant.delays_s)

@@ -137,8 +137,12 @@ class OrchestratorCore:
         self.stages = config.stage_names
         self.ledger = ledger if ledger is not None else Ledger()
         self.backlogs = {
-            s: StageBacklog(s, batch_size=self.window.batch_size,
-                            build=functools.partial(self._build, stage=s), put=put)
+            s: StageBacklog(
+                s,
+                batch_size=self.window.batch_size,
+                build=functools.partial(self._build, stage=s),
+                put=put,
+            )
             for s in self.stages
         }
         self._leases: dict[int, _LeaseState] = {}
@@ -196,8 +200,17 @@ class OrchestratorCore:
                 # One bad record must not block the batch it came in (a poll would retry
                 # it forever): it is refused alone, counted and logged once.
                 self.counters.invalid += 1
-                self.quarantine_rows([bad_row(dataclasses.asdict(ch), *problem, source="intake",
-                                              seen_at=now, raw_id=ch.driver_id)])
+                self.quarantine_rows(
+                    [
+                        bad_row(
+                            dataclasses.asdict(ch),
+                            *problem,
+                            source="intake",
+                            seen_at=now,
+                            raw_id=ch.driver_id,
+                        )
+                    ]
+                )
                 continue
             self._release(ch.driver_id)
             if self.ledger.observe(ch):
@@ -256,8 +269,11 @@ class OrchestratorCore:
             lease_id = next(self._lease_ids)
             self.ledger.set_work(seg.rows, Work.LEASED)
             self._leases[lease_id] = _LeaseState(
-                stage, seg.rows, np.full(len(seg.rows), seg.lane, np.int8),
-                now + self.window.lease_s, worker,
+                stage,
+                seg.rows,
+                np.full(len(seg.rows), seg.lane, np.int8),
+                now + self.window.lease_s,
+                worker,
             )
             self.counters.handed_out += len(seg.rows)
             leases.append(Lease(lease_id, stage, [seg.ref], len(seg.rows), self.window.lease_s))
@@ -274,15 +290,19 @@ class OrchestratorCore:
             # it due for review at another stage (it goes there, in the fresh lane).
             recent = self.clock() - self.window.freshness_s / 2
             mask = (ledger.col("reviewed_at")[rows] < recent) & np.fromiter(
-                (not ledger.needs_review(int(r)) or ledger.target(int(r))[1] == stage_idx
-                 for r in rows),
+                (
+                    not ledger.needs_review(int(r)) or ledger.target(int(r))[1] == stage_idx
+                    for r in rows
+                ),
                 dtype=bool,
                 count=len(rows),
             )
         else:
             mask = np.fromiter(
-                (ledger.needs_review(int(r)) and ledger.target(int(r))[1] == stage_idx
-                 for r in rows),
+                (
+                    ledger.needs_review(int(r)) and ledger.target(int(r))[1] == stage_idx
+                    for r in rows
+                ),
                 dtype=bool,
                 count=len(rows),
             )
@@ -322,8 +342,12 @@ class OrchestratorCore:
             )
             if news:
                 ledger.decide(
-                    row, version=out.version, stage=stage, verdict=out.verdict,
-                    reviewed_at=now, retry_backoff_s=ERROR_RETRY_BASE_S,
+                    row,
+                    version=out.version,
+                    stage=stage,
+                    verdict=out.verdict,
+                    reviewed_at=now,
+                    retry_backoff_s=ERROR_RETRY_BASE_S,
                 )
                 name = wire.text_of(out.verdict, Verdict)
                 self.counters.verdicts[name] = self.counters.verdicts.get(name, 0) + 1
@@ -333,8 +357,13 @@ class OrchestratorCore:
             if isinstance(after, Change):
                 problem = _invalid(after, len(self.stages), now)
                 if problem:  # e.g. a version too long for the ledger: refused, never cut
-                    after = bad_row(dataclasses.asdict(after), *problem, source="report",
-                                    seen_at=now, raw_id=after.driver_id)
+                    after = bad_row(
+                        dataclasses.asdict(after),
+                        *problem,
+                        source="report",
+                        seen_at=now,
+                        raw_id=after.driver_id,
+                    )
             if out.bad is not None:
                 after = out.bad
             if isinstance(after, BadRow):
@@ -346,8 +375,9 @@ class OrchestratorCore:
             # Follow approvals to the next stage at once; rows the worker did not report on
             # are still pending and go back too. Errored rows wait for their retry time.
             ledger.set_work(lease.rows, Work.IDLE)
-            self._enqueue([int(r) for r in lease.rows if ledger.errors_of(int(r)) == 0],
-                          Lane.FRESH, now)
+            self._enqueue(
+                [int(r) for r in lease.rows if ledger.errors_of(int(r)) == 0], Lane.FRESH, now
+            )
         elif idle:
             # A late report can decide a row that sits idle meanwhile: one whose retried
             # review errored and now waits for ``retry_at``. The approval clears that retry,
@@ -445,8 +475,9 @@ class OrchestratorCore:
             self._bucket = _Bucket(start)
 
     # -- batches ------------------------------------------------------------------------
-    def _build(self, rows: np.ndarray, lane: Lane, enqueued_at: float, *,
-               stage: str) -> pa.RecordBatch:
+    def _build(
+        self, rows: np.ndarray, lane: Lane, enqueued_at: float, *, stage: str
+    ) -> pa.RecordBatch:
         """The batch of one stage's backlog. Its stage is the backlog's, never the ledger's
         (a change may move a queued driver's target meanwhile): a stage's workers review
         only their own stage; hand-out and the reviewer catch a driver that moved on."""
@@ -457,8 +488,14 @@ class OrchestratorCore:
         n = len(rows)
         revalidate = (ledger.col("restored")[rows] != 0) | (lane == Lane.STALE)
         return pa.record_batch(
-            [ids, versions, stage_names, pa.array(np.full(n, lane, np.int8)),
-             pa.array(np.full(n, enqueued_at)), pa.array(revalidate)],
+            [
+                ids,
+                versions,
+                stage_names,
+                pa.array(np.full(n, lane, np.int8)),
+                pa.array(np.full(n, enqueued_at)),
+                pa.array(revalidate),
+            ],
             schema=ITEM_SCHEMA,
         )
 
@@ -513,8 +550,9 @@ class OrchestratorCore:
                 "late_reports": self.counters.late_reports,
                 "invalid": self.counters.invalid,
                 "verdicts": dict(self.counters.verdicts),
-                "verdicts_by_stage": {s: dict(v)
-                                      for s, v in self.counters.verdicts_by_stage.items()},
+                "verdicts_by_stage": {
+                    s: dict(v) for s, v in self.counters.verdicts_by_stage.items()
+                },
             },
         }
 
@@ -530,8 +568,11 @@ def _invalid(ch: Change, stages: int, now: float) -> tuple[str, str] | None:
     for name, value in (("stage", ch.stage), ("status", ch.status), ("changed_at", ch.changed_at)):
         # Changes come from our own conversions, but a wrong type here would raise
         # inside the ledger and refuse the whole batch.
-        if isinstance(value, bool) or not isinstance(value, int | float) or (
-                name != "changed_at" and not isinstance(value, int)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or (name != "changed_at" and not isinstance(value, int))
+        ):
             return "wrong_type", f"{name} is {type(value).__name__}"
     if ch.status not in Status.__members__.values():
         return "bad_status", f"status {ch.status} is not a known status"
@@ -547,5 +588,3 @@ def _invalid(ch: Change, stages: int, now: float) -> tuple[str, str] | None:
     if problem:
         return "bad_time", problem
     return None
-
-

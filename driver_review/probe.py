@@ -82,9 +82,13 @@ class ProbeReport:
 
     def as_dict(self) -> dict[str, Any]:
         p50, p99 = latency_ms(self.latencies_s)
-        return {"ok": self.ok, "catalog": self.catalog, "requests": self.requests,
-                "latency_ms": {"p50": p50, "p99": p99},
-                "items": [asdict(i) for i in self.items]}
+        return {
+            "ok": self.ok,
+            "catalog": self.catalog,
+            "requests": self.requests,
+            "latency_ms": {"p50": p50, "p99": p99},
+            "items": [asdict(i) for i in self.items],
+        }
 
 
 class _CheckAnswer(BaseModel):
@@ -117,9 +121,14 @@ def _one_line(text: str) -> str:
 
 class Prober:
     def __init__(
-        self, config: PipelineConfig, *, transport: httpx.AsyncBaseTransport | None = None,
-        environ: Mapping[str, str] | None = None, sleep: Sleep = asyncio.sleep,
-        min_gap_s: float = MIN_GAP_S, clock: Callable[[], float] = time.monotonic,
+        self,
+        config: PipelineConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        environ: Mapping[str, str] | None = None,
+        sleep: Sleep = asyncio.sleep,
+        min_gap_s: float = MIN_GAP_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self._transport = transport
@@ -134,8 +143,9 @@ class Prober:
 
     # --- requests ---------------------------------------------------------------------
 
-    async def _send(self, client: httpx.AsyncClient, method: str, url: str,
-                    **kw: Any) -> httpx.Response:
+    async def _send(
+        self, client: httpx.AsyncClient, method: str, url: str, **kw: Any
+    ) -> httpx.Response:
         """One request within the budget; a 429 is noted and waited out once if short."""
         for attempt in range(2):
             if self.report.requests >= MAX_REQUESTS:
@@ -196,15 +206,18 @@ class Prober:
         base = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
         if cat.adapter:
             # A custom adapter speaks its own API; this probe asks the REST contract's.
-            self.report.add("adapter", "info", f"{cat.adapter} not exercised: probing the "
-                            "REST contract")
+            self.report.add(
+                "adapter", "info", f"{cat.adapter} not exercised: probing the REST contract"
+            )
         async with httpx.AsyncClient(
-            base_url=base, params=httpx.QueryParams(tuple(parse_qsl(parts.query))),
+            base_url=base,
+            params=httpx.QueryParams(tuple(parse_qsl(parts.query))),
             transport=self._transport,
-            auth=build_auth(cat.auth, "catalog.auth", environ=self._environ,
-                            transport=self._transport),
-            timeout=TIMEOUT_S, headers={"user-agent": "driver-review-probe",
-                                        "accept": "application/json"},
+            auth=build_auth(
+                cat.auth, "catalog.auth", environ=self._environ, transport=self._transport
+            ),
+            timeout=TIMEOUT_S,
+            headers={"user-agent": "driver-review-probe", "accept": "application/json"},
         ) as client:
             try:
                 first = await self._listing(client)
@@ -219,14 +232,19 @@ class Prober:
         self._signals()
         return self.report
 
-    def _page(self, resp: httpx.Response, what: str) -> tuple[list[DriverSummary], int,
-                                                                str | None] | None:
+    def _page(
+        self, resp: httpx.Response, what: str
+    ) -> tuple[list[DriverSummary], int, str | None] | None:
         body = self._json(resp)
-        if resp.status_code != 200 or not isinstance(body, dict) or not isinstance(
-            body.get("items"), list
-        ) or not isinstance(body.get("next_cursor"), str | None):
-            self.report.add(what, "BROKEN",
-                            f"HTTP {resp.status_code}: no {{items, next_cursor}} envelope")
+        if (
+            resp.status_code != 200
+            or not isinstance(body, dict)
+            or not isinstance(body.get("items"), list)
+            or not isinstance(body.get("next_cursor"), str | None)
+        ):
+            self.report.add(
+                what, "BROKEN", f"HTTP {resp.status_code}: no {{items, next_cursor}} envelope"
+            )
             return None
         good, bad = [], 0
         for raw in body["items"]:
@@ -258,20 +276,28 @@ class Prober:
         if cursor is None:
             self.report.add("listing", "info", f"one page of {len(rows)} rows (no cursor used)")
             return rows[0] if rows else None
-        resp = await self._send(client, "GET", "/v1/drivers",
-                                params={**limit, "cursor": cursor})
+        resp = await self._send(client, "GET", "/v1/drivers", params={**limit, "cursor": cursor})
         page2 = self._page(resp, "listing")
         if page2 is None:
             return rows[0] if rows else None
         rows2, bad2, cursor2 = page2
         repeated = {r.id for r in rows} & {r.id for r in rows2}
         if repeated or cursor2 == cursor or not (rows2 or bad2):
-            why = (f"page 2 repeats {sorted(repeated)[0]}" if repeated
-                   else "page 2 is empty" if not (rows2 or bad2) else "next_cursor repeats")
+            why = (
+                f"page 2 repeats {sorted(repeated)[0]}"
+                if repeated
+                else "page 2 is empty"
+                if not (rows2 or bad2)
+                else "next_cursor repeats"
+            )
             self.report.add("listing", "BROKEN", f"next_cursor does not advance: {why}")
         else:
-            self.report.add("listing", "ok", f"2 pages of {PAGE_LIMIT}: {len(rows) + len(rows2)}"
-                            f" rows parse, {bad + bad2} bad (quarantined)")
+            self.report.add(
+                "listing",
+                "ok",
+                f"2 pages of {PAGE_LIMIT}: {len(rows) + len(rows2)}"
+                f" rows parse, {bad + bad2} bad (quarantined)",
+            )
         return rows[0] if rows else (rows2[0] if rows2 else None)
 
     async def _changes(self, client: httpx.AsyncClient) -> None:
@@ -284,12 +310,17 @@ class Prober:
         stamps = [r.updated_at for r in rows]
         for before, after in itertools.pairwise(stamps):
             if after < before:
-                self.report.add("changes", "BROKEN",
-                                f"updated_at goes back: {after.isoformat()} after "
-                                f"{before.isoformat()}")
+                self.report.add(
+                    "changes",
+                    "BROKEN",
+                    f"updated_at goes back: {after.isoformat()} after {before.isoformat()}",
+                )
                 return
-        self.report.add("changes", "ok" if rows else "info",
-                        f"{len(rows)} rows in non-decreasing updated_at, {bad} bad")
+        self.report.add(
+            "changes",
+            "ok" if rows else "info",
+            f"{len(rows)} rows in non-decreasing updated_at, {bad} bad",
+        )
 
     async def _etag(self, client: httpx.AsyncClient, driver_id: str) -> None:
         path = f"/v1/drivers/{quote(driver_id, safe='')}"
@@ -299,8 +330,9 @@ class Prober:
         except ValidationError:
             record = None
         if resp.status_code != 200 or record is None or record.id != driver_id:
-            self.report.add("record", "BROKEN",
-                            f"GET {driver_id}: HTTP {resp.status_code}, no record of it")
+            self.report.add(
+                "record", "BROKEN", f"GET {driver_id}: HTTP {resp.status_code}, no record of it"
+            )
             return
         self.report.add("record", "ok", f"GET {driver_id}: record parses")
         etag = resp.headers.get("etag")
@@ -311,15 +343,15 @@ class Prober:
         if again.status_code == 304:
             self.report.add("etag", "ok", "If-None-Match answered 304")
         else:
-            self.report.add("etag", "BROKEN", f"If-None-Match answered {again.status_code}, "
-                            "not 304")
+            self.report.add(
+                "etag", "BROKEN", f"If-None-Match answered {again.status_code}, not 304"
+            )
 
     async def _errors(self, client: httpx.AsyncClient) -> None:
         resp = await self._send(client, "GET", f"/v1/drivers/{MISSING_ID}")
         body = self._json(resp)
         if resp.status_code != 404:
-            self.report.add("errors", "BROKEN", f"unknown driver: HTTP {resp.status_code}, "
-                            "not 404")
+            self.report.add("errors", "BROKEN", f"unknown driver: HTTP {resp.status_code}, not 404")
         elif not (isinstance(body, dict) and isinstance(body.get("detail"), str)):
             self.report.add("errors", "BROKEN", "404 body is not JSON with a string detail")
         else:
@@ -337,23 +369,30 @@ class Prober:
             return remote, "builtin"
         raise ConfigError(f"--check {name}: a {spec.kind} check that calls no HTTP endpoint")
 
-    async def _check(self, client: httpx.AsyncClient, name: str,
-                     driver: DriverSummary | None) -> None:
+    async def _check(
+        self, client: httpx.AsyncClient, name: str, driver: DriverSummary | None
+    ) -> None:
         if driver is None:
             self.report.add(f"check {name}", "BROKEN", "no listed driver to send")
             return
         target, kind = self._check_spec(name)
         body = {"driver_id": driver.id, "version": driver.version}
         if kind == "builtin":
-            resp = await self._send(client, "POST", f"/v1/checks/{quote(target, safe='')}",
-                                    json=body)
+            resp = await self._send(
+                client, "POST", f"/v1/checks/{quote(target, safe='')}", json=body
+            )
             model: type[CheckResponse] | type[_CheckAnswer] = CheckResponse
         else:
             spec = self.config.check_spec(name)
             async with httpx.AsyncClient(
-                transport=self._transport, timeout=spec.timeout_s,
-                auth=build_auth(spec.auth, f"checks.{name}.auth", environ=self._environ,
-                                transport=self._transport),
+                transport=self._transport,
+                timeout=spec.timeout_s,
+                auth=build_auth(
+                    spec.auth,
+                    f"checks.{name}.auth",
+                    environ=self._environ,
+                    transport=self._transport,
+                ),
             ) as other:
                 resp = await self._send(other, "POST", target, json=body)
             model = _CheckAnswer
@@ -364,8 +403,9 @@ class Prober:
         try:
             answer = model.model_validate_json(resp.content)
         except ValidationError:
-            self.report.add(where, "BROKEN", f"HTTP {resp.status_code}: answer is not "
-                            f"{{passed, reason}}")
+            self.report.add(
+                where, "BROKEN", f"HTTP {resp.status_code}: answer is not {{passed, reason}}"
+            )
             return
         if resp.status_code != 200:
             self.report.add(where, "BROKEN", f"HTTP {resp.status_code}")
@@ -378,22 +418,31 @@ class Prober:
         headers = "; ".join(f"{k}: {v}" for k, v in sorted(self._ratelimit.items()))
         self.report.add("ratelimit", "info", headers or "no RateLimit headers sent")
         p50, p99 = latency_ms(self.report.latencies_s)
-        self.report.add("latency", "info", f"p50 {p50} ms, p99 {p99} ms over "
-                        f"{len(self.report.latencies_s)} requests")
+        self.report.add(
+            "latency",
+            "info",
+            f"p50 {p50} ms, p99 {p99} ms over {len(self.report.latencies_s)} requests",
+        )
 
 
-def run_probe(config: PipelineConfig, *, check: str | None = None,
-              transport: httpx.AsyncBaseTransport | None = None,
-              environ: Mapping[str, str] | None = None,
-              min_gap_s: float = MIN_GAP_S) -> ProbeReport:
+def run_probe(
+    config: PipelineConfig,
+    *,
+    check: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    environ: Mapping[str, str] | None = None,
+    min_gap_s: float = MIN_GAP_S,
+) -> ProbeReport:
     prober = Prober(config, transport=transport, environ=environ, min_gap_s=min_gap_s)
     return asyncio.run(prober.run(check))
 
 
 def format_report(report: ProbeReport) -> list[str]:
     width = max(len(i.name) for i in report.items) if report.items else 4
-    lines = [f"probe of {report.catalog}: {report.requests} requests",
-             f"{'item'.ljust(width)}  {'result':6}  detail"]
+    lines = [
+        f"probe of {report.catalog}: {report.requests} requests",
+        f"{'item'.ljust(width)}  {'result':6}  detail",
+    ]
     lines += [f"{i.name.ljust(width)}  {i.status:6}  {i.detail}" for i in report.items]
     return lines
 

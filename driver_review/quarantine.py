@@ -41,25 +41,40 @@ from driver_review.wire import change_of
 log = logging.getLogger(__name__)
 
 #: Kinds a bad row is counted under (metric tag, ``sweep --json``, report).
-KINDS = ("unknown_stage", "bad_version", "bad_id", "bad_time", "bad_status",
-         "wrong_type", "missing_field", "bad_row")
+KINDS = (
+    "unknown_stage",
+    "bad_version",
+    "bad_id",
+    "bad_time",
+    "bad_status",
+    "wrong_type",
+    "missing_field",
+    "bad_row",
+)
 #: Bad rows waiting to be exported (metric, Parquet) between two orchestrator ticks.
 MAX_UNEXPORTED = 10_000
 QUARANTINE_DIR = "quarantine"
 #: ``<data-dir>/quarantine/``: one row per distinct bad row, as first seen.
-SCHEMA = pa.schema([
-    ("driver_id", pa.string()),  # shown safely (repr, escaped, at most SHOWN_CHARS)
-    ("kind", pa.string()),
-    ("reason", pa.string()),
-    ("source", pa.string()),
-    ("fingerprint", pa.string()),
-    ("seen_at", pa.timestamp("us", tz="UTC")),
-])
+SCHEMA = pa.schema(
+    [
+        ("driver_id", pa.string()),  # shown safely (repr, escaped, at most SHOWN_CHARS)
+        ("kind", pa.string()),
+        ("reason", pa.string()),
+        ("source", pa.string()),
+        ("fingerprint", pa.string()),
+        ("seen_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
 #: Bad rows the orchestrator remembers; the oldest is forgotten first (and, if it comes
 #: back unchanged, counted again: the only cost of the bound).
 MAX_QUARANTINED = 10_000
-_FIELD_KINDS = {"id": "bad_id", "version": "bad_version", "updated_at": "bad_time",
-                "status": "bad_status", "stage": "unknown_stage"}
+_FIELD_KINDS = {
+    "id": "bad_id",
+    "version": "bad_version",
+    "updated_at": "bad_time",
+    "status": "bad_status",
+    "stage": "unknown_stage",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +100,9 @@ def fingerprint(raw: Any) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def bad_row(raw: Any, kind: str, reason: str, *, source: str, seen_at: float,
-            raw_id: Any = None) -> BadRow:
+def bad_row(
+    raw: Any, kind: str, reason: str, *, source: str, seen_at: float, raw_id: Any = None
+) -> BadRow:
     """A :class:`BadRow` for ``raw`` (its id taken from ``raw_id`` or ``raw["id"]``)."""
     if raw_id is None:
         raw_id = raw.get("id") if isinstance(raw, dict) else getattr(raw, "id", None)
@@ -95,14 +111,20 @@ def bad_row(raw: Any, kind: str, reason: str, *, source: str, seen_at: float,
     # An unusable id ('..', 17) may be shared by many drivers' rows: keyed by content.
     key = usable if usable is not None else f"#{fp}"
     return BadRow(
-        key=key, driver_id=usable, shown_id=shown(raw_id) if raw_id is not None else "(no id)",
-        kind=kind, reason=" ".join(reason.split()), source=source, fingerprint=fp,
+        key=key,
+        driver_id=usable,
+        shown_id=shown(raw_id) if raw_id is not None else "(no id)",
+        kind=kind,
+        reason=" ".join(reason.split()),
+        source=source,
+        fingerprint=fp,
         seen_at=seen_at,
     )
 
 
-def summary_problem(raw: Any, *, now: float,
-                    stages: Collection[str] | None = None) -> tuple[str, str] | None:
+def summary_problem(
+    raw: Any, *, now: float, stages: Collection[str] | None = None
+) -> tuple[str, str] | None:
     """``(kind, reason)`` why a raw listing/changes row cannot be taken, or None."""
     if not isinstance(raw, dict):
         return "bad_row", f"row is {type(raw).__name__}, not an object"
@@ -113,8 +135,9 @@ def summary_problem(raw: Any, *, now: float,
     return model_problem(summary, now=now, stages=stages)
 
 
-def model_problem(obj: Any, *, now: float,
-                  stages: Collection[str] | None = None) -> tuple[str, str] | None:
+def model_problem(
+    obj: Any, *, now: float, stages: Collection[str] | None = None
+) -> tuple[str, str] | None:
     """``(kind, reason)`` why a parsed summary, record or answer cannot be taken, or None:
     its id, version, time (and, given the pipeline's ``stages``, its stage)."""
     problem = id_problem(getattr(obj, "id", getattr(obj, "driver_id", None)))
@@ -129,8 +152,9 @@ def model_problem(obj: Any, *, now: float,
         if problem:
             return "bad_time", f"updated_at: {problem}"
     if stages is not None and obj.stage is not None and obj.stage not in stages:
-        return "unknown_stage", (f"unknown stage {shown(obj.stage)} (the pipeline has "
-                                 f"{', '.join(stages)})")
+        return "unknown_stage", (
+            f"unknown stage {shown(obj.stage)} (the pipeline has {', '.join(stages)})"
+        )
     return None
 
 
@@ -145,14 +169,18 @@ def _classify(exc: ValidationError) -> tuple[str, str]:
     return _FIELD_KINDS.get(field, "bad_row"), reason
 
 
-def to_change(stage_names: Sequence[str], obj: Any, *, now: float,
-              source: str) -> Change | BadRow:
+def to_change(stage_names: Sequence[str], obj: Any, *, now: float, source: str) -> Change | BadRow:
     """A :class:`Change` from anything shaped like a summary (a ``DriverSummary``, a
     ``DriverRecord``, a decision's answer), or the :class:`BadRow` saying why not."""
     problem = model_problem(obj, now=now, stages=stage_names)
     if problem is not None:
-        return bad_row(obj, *problem, source=source, seen_at=now,
-                       raw_id=getattr(obj, "id", getattr(obj, "driver_id", None)))
+        return bad_row(
+            obj,
+            *problem,
+            source=source,
+            seen_at=now,
+            raw_id=getattr(obj, "id", getattr(obj, "driver_id", None)),
+        )
     return change_of(stage_names, obj)
 
 
@@ -198,8 +226,9 @@ class QuarantineTable:
             new.append(row)
             if len(self._unexported) < MAX_UNEXPORTED:
                 self._unexported.append(row)
-            log.warning("quarantined %s row %s (%s): %s",
-                        row.source, row.shown_id, row.kind, row.reason)
+            log.warning(
+                "quarantined %s row %s (%s): %s", row.source, row.shown_id, row.kind, row.reason
+            )
         while len(self._rows) > self.max_entries:
             self._rows.popitem(last=False)
             self.forgotten += 1
@@ -213,9 +242,13 @@ class QuarantineTable:
         return row
 
     def stats(self) -> dict[str, Any]:
-        return {"total": sum(self.by_kind.values()), "by_kind": dict(self.by_kind),
-                "held": len(self._rows), "released": self.released,
-                "forgotten": self.forgotten}
+        return {
+            "total": sum(self.by_kind.values()),
+            "by_kind": dict(self.by_kind),
+            "held": len(self._rows),
+            "released": self.released,
+            "forgotten": self.forgotten,
+        }
 
     def take_unexported(self) -> list[BadRow]:
         """Rows counted since the last call: for the metric and the Parquet dataset."""
@@ -224,21 +257,31 @@ class QuarantineTable:
 
 
 def to_table(rows: Sequence[BadRow]) -> pa.Table:
-    return pa.table({
-        "driver_id": [r.shown_id for r in rows],
-        "kind": [r.kind for r in rows],
-        "reason": [r.reason for r in rows],
-        "source": [r.source for r in rows],
-        "fingerprint": [r.fingerprint for r in rows],
-        "seen_at": pa.array([int(r.seen_at * 1_000_000) for r in rows], pa.int64()).cast(
-            SCHEMA.field("seen_at").type),
-    }, schema=SCHEMA)
+    return pa.table(
+        {
+            "driver_id": [r.shown_id for r in rows],
+            "kind": [r.kind for r in rows],
+            "reason": [r.reason for r in rows],
+            "source": [r.source for r in rows],
+            "fingerprint": [r.fingerprint for r in rows],
+            "seen_at": pa.array([int(r.seen_at * 1_000_000) for r in rows], pa.int64()).cast(
+                SCHEMA.field("seen_at").type
+            ),
+        },
+        schema=SCHEMA,
+    )
 
 
 def writer(data_dir: str, *, name: str, rollover_rows: int, rollover_s: float) -> ResultWriter:
     """A rolling writer of quarantined rows to ``<data-dir>/quarantine/``."""
-    return ResultWriter(data_dir, name=name, rollover_rows=rollover_rows,
-                        rollover_s=rollover_s, subdir=QUARANTINE_DIR, to_table=to_table)
+    return ResultWriter(
+        data_dir,
+        name=name,
+        rollover_rows=rollover_rows,
+        rollover_s=rollover_s,
+        subdir=QUARANTINE_DIR,
+        to_table=to_table,
+    )
 
 
 def read(data_dir: str) -> pa.Table:

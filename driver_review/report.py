@@ -18,8 +18,9 @@ def build_report(data_dir: str) -> dict[str, Any]:
     rows = table.num_rows
     verdicts = Counter(table.column("verdict").to_pylist())
     by_stage: dict[str, dict[str, int]] = {}
-    for stage, verdict in zip(table.column("stage").to_pylist(),
-                              table.column("verdict").to_pylist(), strict=True):
+    for stage, verdict in zip(
+        table.column("stage").to_pylist(), table.column("verdict").to_pylist(), strict=True
+    ):
         by_stage.setdefault(stage, {}).setdefault(verdict, 0)
         by_stage[stage][verdict] += 1
     reasons: Counter[str] = Counter()
@@ -27,9 +28,14 @@ def build_report(data_dir: str) -> dict[str, Any]:
         for check, _ in entry or []:
             reasons[check] += 1
     fresh = table.filter(pc.equal(table.column("lane"), "fresh"))
-    waited_s = (pc.subtract(fresh.column("reviewed_at").cast("int64"),
-                            fresh.column("queued_at").cast("int64")).to_numpy() / 1e6
-                if fresh.num_rows else np.zeros(0))
+    waited_s = (
+        pc.subtract(
+            fresh.column("reviewed_at").cast("int64"), fresh.column("queued_at").cast("int64")
+        ).to_numpy()
+        / 1e6
+        if fresh.num_rows
+        else np.zeros(0)
+    )
     first = pc.min(table.column("reviewed_at")).as_py() if rows else None
     last = pc.max(table.column("reviewed_at")).as_py() if rows else None
     return {
@@ -56,9 +62,16 @@ def quarantine_summary(data_dir: str) -> dict[str, Any]:
         "rows": len(rows),
         "by_kind": dict(Counter(r["kind"] for r in rows)),
         "by_source": dict(Counter(r["source"] for r in rows)),
-        "latest": [{"driver_id": r["driver_id"], "kind": r["kind"], "reason": r["reason"],
-                    "source": r["source"], "seen_at": r["seen_at"].isoformat()}
-                   for r in rows[:10]],
+        "latest": [
+            {
+                "driver_id": r["driver_id"],
+                "kind": r["kind"],
+                "reason": r["reason"],
+                "source": r["source"],
+                "seen_at": r["seen_at"].isoformat(),
+            }
+            for r in rows[:10]
+        ],
     }
 
 
@@ -66,28 +79,41 @@ def latency_summary(seconds: np.ndarray) -> dict[str, float] | None:
     if len(seconds) == 0:
         return None
     p50, p99 = np.percentile(seconds, [50, 99])
-    return {"n": len(seconds), "p50": round(float(p50), 4), "p99": round(float(p99), 4),
-            "max": round(float(seconds.max()), 4)}
+    return {
+        "n": len(seconds),
+        "p50": round(float(p50), 4),
+        "p99": round(float(p99), 4),
+        "max": round(float(seconds.max()), 4),
+    }
 
 
 def report_lines(report: dict[str, Any]) -> list[str]:
-    lines = [f"{report['rows']} decisions on {report['drivers']} drivers in "
-             f"{report['data_dir']}/reviews/"]
+    lines = [
+        f"{report['rows']} decisions on {report['drivers']} drivers in "
+        f"{report['data_dir']}/reviews/"
+    ]
     if report["rows"]:
         lines.append(f"  from {report['first_reviewed_at']} to {report['last_reviewed_at']}")
     for stage, verdicts in sorted(report["by_stage"].items()):
         lines.append(f"  {stage:<14} " + ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items())))
     if report["intake_to_decision_s"]:
         lat = report["intake_to_decision_s"]
-        lines.append(f"  intake to decision (fresh lane): p50 {lat['p50']:.3f}s, "
-                     f"p99 {lat['p99']:.3f}s over {lat['n']} decisions")
+        lines.append(
+            f"  intake to decision (fresh lane): p50 {lat['p50']:.3f}s, "
+            f"p99 {lat['p99']:.3f}s over {lat['n']} decisions"
+        )
     if report["top_reasons"]:
-        lines.append("  checks behind rejections/errors: " +
-                     ", ".join(f"{c} {n}" for c, n in report["top_reasons"].items()))
+        lines.append(
+            "  checks behind rejections/errors: "
+            + ", ".join(f"{c} {n}" for c, n in report["top_reasons"].items())
+        )
     q = report.get("quarantined") or {}
     if q.get("rows"):
-        lines.append(f"  quarantined: {q['rows']} rows in {report['data_dir']}/quarantine/ ("
-                     + ", ".join(f"{k} {n}" for k, n in sorted(q["by_kind"].items())) + ")")
+        lines.append(
+            f"  quarantined: {q['rows']} rows in {report['data_dir']}/quarantine/ ("
+            + ", ".join(f"{k} {n}" for k, n in sorted(q["by_kind"].items()))
+            + ")"
+        )
         for r in q["latest"][:5]:
             lines.append(f"    {r['driver_id']} {r['kind']} from {r['source']}: {r['reason']}")
     return lines

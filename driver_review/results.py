@@ -86,8 +86,12 @@ def _table(rows: Sequence[ResultRow]) -> pa.Table:
         "worker": [r.worker for r in rows],
     }
     return pa.table(
-        [pa.array(cols[f.name], pa.int64() if pa.types.is_timestamp(f.type) else f.type)
-         .cast(f.type) for f in SCHEMA],
+        [
+            pa.array(cols[f.name], pa.int64() if pa.types.is_timestamp(f.type) else f.type).cast(
+                f.type
+            )
+            for f in SCHEMA
+        ],
         schema=SCHEMA,
     )
 
@@ -164,7 +168,11 @@ def read_dataset(data_dir: str, subdir: str, schema: pa.Schema) -> pa.Table:
     if info.type == pafs.FileType.NotFound:
         return schema.empty_table()
     dataset = ds.dataset(
-        path, filesystem=fs, format="parquet", schema=schema,
-        exclude_invalid_files=False, ignore_prefixes=[".tmp-", "."],
+        path,
+        filesystem=fs,
+        format="parquet",
+        schema=schema,
+        exclude_invalid_files=False,
+        ignore_prefixes=[".tmp-", "."],
     )
     return dataset.to_table()

@@ -148,8 +148,11 @@ class RateLimitInfo:
           (servers that send only ``RateLimit``).
         """
         windows = {p.name: p.window_s for p in self.policies}
-        rates = [p.quota / p.window_s for p in self.policies
-                 if p.window_s and p.window_s <= long_window_s]
+        rates = [
+            p.quota / p.window_s
+            for p in self.policies
+            if p.window_s and p.window_s <= long_window_s
+        ]
         fallback: list[float] = []
         pause: ServiceLimit | None = None
         for limit in self.limits:

@@ -90,9 +90,11 @@ async def review_batch(
     ``items`` are backlog rows (``driver_id``, ``version``, ``stage``, ``lane``,
     ``revalidate``, ``enqueued_at``), ``fetched`` their records from the cache.
     """
-    return list(await asyncio.gather(
-        *(review_one(reviewer, it, got) for it, got in zip(items, fetched, strict=True))
-    ))
+    return list(
+        await asyncio.gather(
+            *(review_one(reviewer, it, got) for it, got in zip(items, fetched, strict=True))
+        )
+    )
 
 
 async def review_one(reviewer: Reviewer, item: dict[str, Any], got: Fetched) -> Reviewed:
@@ -114,8 +116,7 @@ async def review_one(reviewer: Reviewer, item: dict[str, Any], got: Fetched) -> 
         return _moved(item, seen, "moved_on")
     if record.status != "in_review" and item["lane"] == Lane.STALE:
         row = _row(r, item, "confirmed", {}, [], started)
-        return Reviewed(ItemResult(driver_id, version, stage, Verdict.CONFIRMED), row,
-                        "confirmed")
+        return Reviewed(ItemResult(driver_id, version, stage, Verdict.CONFIRMED), row, "confirmed")
     if item["revalidate"] and (record.status != "in_review" or record.stage != stage):
         # Fresh from the catalog: this stage was decided already (after the snapshot this
         # work was restored from). Learn where the driver is; decide nothing.
@@ -145,8 +146,9 @@ async def review_one(reviewer: Reviewer, item: dict[str, Any], got: Fetched) -> 
             # aside until the catalog's row changes.
             after, bad = (None, answered) if isinstance(answered, BadRow) else (answered, None)
     row = _row(r, item, verdict, result.reasons, checks, started)
-    return Reviewed(ItemResult(driver_id, version, stage, verdict_of(verdict), after, bad), row,
-                    verdict)
+    return Reviewed(
+        ItemResult(driver_id, version, stage, verdict_of(verdict), after, bad), row, verdict
+    )
 
 
 def _change(r: Reviewer, record: DriverRecord) -> Change | BadRow:
@@ -156,13 +158,15 @@ def _change(r: Reviewer, record: DriverRecord) -> Change | BadRow:
 def _moved(item: dict[str, Any], seen: Change | BadRow | None, outcome: str) -> Reviewed:
     """Nothing decided; ``seen`` is where the catalog says the driver is now."""
     after, bad = (None, seen) if isinstance(seen, BadRow) else (seen, None)
-    result = ItemResult(item["driver_id"], item["version"], item["stage"], Verdict.NONE,
-                        after, bad)
+    result = ItemResult(item["driver_id"], item["version"], item["stage"], Verdict.NONE, after, bad)
     return Reviewed(result, None, outcome)
 
 
 def _error(
-    r: Reviewer, item: dict[str, Any], started: float, reasons: dict[str, str],
+    r: Reviewer,
+    item: dict[str, Any],
+    started: float,
+    reasons: dict[str, str],
     checks: list[dict[str, Any]] | None = None,
 ) -> Reviewed:
     row = _row(r, item, "error", reasons, checks or [], started)
@@ -171,13 +175,24 @@ def _error(
 
 
 def _row(
-    r: Reviewer, item: dict[str, Any], verdict: str, reasons: dict[str, str],
-    checks: list[dict[str, Any]], started: float,
+    r: Reviewer,
+    item: dict[str, Any],
+    verdict: str,
+    reasons: dict[str, str],
+    checks: list[dict[str, Any]],
+    started: float,
 ) -> ResultRow:
     now = r.clock()
     return ResultRow(
-        driver_id=item["driver_id"], version=item["version"], stage=item["stage"],
-        verdict=verdict, reasons=reasons, checks=checks, reviewed_at=now,
-        queued_at=item["enqueued_at"], duration_s=now - started,
-        lane=text_of(item["lane"], Lane), worker=r.worker,
+        driver_id=item["driver_id"],
+        version=item["version"],
+        stage=item["stage"],
+        verdict=verdict,
+        reasons=reasons,
+        checks=checks,
+        reviewed_at=now,
+        queued_at=item["enqueued_at"],
+        duration_s=now - started,
+        lane=text_of(item["lane"], Lane),
+        worker=r.worker,
     )

@@ -73,8 +73,11 @@ class SnapshotStore:
         name = f"ledger-{seq}.parquet"
         self._put(f"{self.dir}/{name}", data)
         manifest = {
-            "file": name, "rows": table.num_rows, "bytes": data.size,
-            "sha256": hashlib.sha256(data).hexdigest(), "watermark": watermark,
+            "file": name,
+            "rows": table.num_rows,
+            "bytes": data.size,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "watermark": watermark,
             "written_at": time.time(),
         }
         self._put(f"{self.dir}/MANIFEST-{seq}.json", json.dumps(manifest).encode())
@@ -95,13 +98,13 @@ class SnapshotStore:
             name = info.base_name
             if name.startswith("MANIFEST-") and name.endswith(".json"):
                 try:
-                    seqs.append(int(name[len("MANIFEST-"):-len(".json")]))
+                    seqs.append(int(name[len("MANIFEST-") : -len(".json")]))
                 except ValueError:
                     continue
         return sorted(seqs, reverse=True)
 
     def _prune(self) -> None:
-        for seq in self._manifests()[self.keep:]:
+        for seq in self._manifests()[self.keep :]:
             for name in (f"MANIFEST-{seq}.json", f"ledger-{seq}.parquet"):
                 with contextlib.suppress(OSError):  # already gone: nothing to prune
                     self.fs.delete_file(f"{self.dir}/{name}")
@@ -115,8 +118,9 @@ class SnapshotStore:
                 return self._read(seq, columns)
             except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
                 self.skipped_corrupt += 1
-                log.warning("snapshot %s in %s is unusable (%s); trying the one before",
-                            seq, self.dir, exc)
+                log.warning(
+                    "snapshot %s in %s is unusable (%s); trying the one before", seq, self.dir, exc
+                )
         return None
 
     def _read(self, seq: int, columns: list[str] | None = None) -> Snapshot:

@@ -62,9 +62,11 @@ def refusal(removed: Mapping[str, int], *, where: str, stages: Sequence[str]) ->
         counts = ", ".join(f"{_show(name)} ({_drivers(removed[name])})" for name in gone)
         what = f"stages {counts} but {where} has drivers there"
     example = gone[0] if not gone[0].startswith("#") else "OLD"
-    return (f"pipeline no longer has {what}; add it back, or migrate them with "
-            f"{MIGRATE_FLAG} {example}=STAGE (or {MIGRATE_FIELD} in the pipeline file), "
-            f"STAGE one of {', '.join(stages)}")
+    return (
+        f"pipeline no longer has {what}; add it back, or migrate them with "
+        f"{MIGRATE_FLAG} {example}=STAGE (or {MIGRATE_FIELD} in the pipeline file), "
+        f"STAGE one of {', '.join(stages)}"
+    )
 
 
 def _show(name: str) -> str:
@@ -81,11 +83,15 @@ def migration_problem(migrate: Mapping[str, str], stages: Sequence[str]) -> str 
     """Why a migration cannot apply to a pipeline with ``stages``, or None."""
     for old, new in migrate.items():
         if old in stages:
-            return (f"{MIGRATE_FIELD}: stage {old!r} is still in the pipeline; only a "
-                    "removed stage can be migrated")
+            return (
+                f"{MIGRATE_FIELD}: stage {old!r} is still in the pipeline; only a "
+                "removed stage can be migrated"
+            )
         if new not in stages:
-            return (f"{MIGRATE_FIELD}: {old}={new}: {new!r} is not a stage of the pipeline "
-                    f"({', '.join(stages)})")
+            return (
+                f"{MIGRATE_FIELD}: {old}={new}: {new!r} is not a stage of the pipeline "
+                f"({', '.join(stages)})"
+            )
     return None
 
 
@@ -111,7 +117,8 @@ def is_named(column: pa.ChunkedArray | pa.Array) -> bool:
 
 
 def decode(
-    column: pa.ChunkedArray | pa.Array, stages: Sequence[str],
+    column: pa.ChunkedArray | pa.Array,
+    stages: Sequence[str],
     migrate: Mapping[str, str] | None = None,
 ) -> tuple[np.ndarray, Counter[str]]:
     """Positions in ``stages`` for a snapshot's stage column, and the drivers per stage
@@ -120,8 +127,11 @@ def decode(
     beyond the list is counted as ``#<position>``."""
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     if not is_named(column):
-        values = np.concatenate([c.to_numpy(zero_copy_only=False) for c in chunks]) \
-            if chunks else np.zeros(0, np.int64)
+        values = (
+            np.concatenate([c.to_numpy(zero_copy_only=False) for c in chunks])
+            if chunks
+            else np.zeros(0, np.int64)
+        )
         out = values.astype(np.int16)
         beyond = out >= len(stages)
         beyond_list: Counter[str] = Counter(f"#{int(p)}" for p in out[beyond])
@@ -150,8 +160,11 @@ def decode(
 
 
 def check(
-    column: pa.ChunkedArray | pa.Array, stages: Sequence[str],
-    migrate: Mapping[str, str] | None = None, *, where: str = "the snapshot",
+    column: pa.ChunkedArray | pa.Array,
+    stages: Sequence[str],
+    migrate: Mapping[str, str] | None = None,
+    *,
+    where: str = "the snapshot",
 ) -> None:
     """Raise :class:`StagesRemoved` when drivers sit at a stage the pipeline lacks."""
     _, missing = decode(column, stages, migrate)

@@ -19,8 +19,13 @@ T = TypeVar("T")
 class CachedValue(Generic[T]):
     """``get()`` answers the last value while it is younger than ``max_age_s``."""
 
-    def __init__(self, compute: Callable[[], T], *, max_age_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        compute: Callable[[], T],
+        *,
+        max_age_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if max_age_s <= 0:
             raise ValueError(f"max_age_s must be > 0, got {max_age_s}")
         self._compute = compute
@@ -47,8 +52,13 @@ class AsyncCachedValue(Generic[T]):
     """As :class:`CachedValue` for a coroutine; callers arriving while it runs wait for
     that one run instead of starting their own."""
 
-    def __init__(self, compute: Callable[[], Awaitable[T]], *, max_age_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        compute: Callable[[], Awaitable[T]],
+        *,
+        max_age_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if max_age_s <= 0:
             raise ValueError(f"max_age_s must be > 0, got {max_age_s}")
         self._compute = compute

@@ -33,7 +33,8 @@ async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S
     cache hit ratio and the oldest review age of ``system``, as plain JSON values."""
     # The orchestrator answers from its last tick's stats (``status``), the others live.
     parts: dict[str, Awaitable[Any]] = {
-        "orchestrator": system.orchestrator.status(), "cache": system.cache.stats(),
+        "orchestrator": system.orchestrator.status(),
+        "cache": system.cache.stats(),
         "governor": system.governor.stats(),
         **{f"pool/{stage}": pool.stats() for stage, pool in system.pools.items()},
     }
@@ -41,7 +42,8 @@ async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S
         *(_ask(answer, timeout_s) for answer in parts.values()),
         # Asked alongside; only a service has a poller, so its absence is not a fault.
         _ask(system.poller.stats(), timeout_s),
-        return_exceptions=True)
+        return_exceptions=True,
+    )
     got: dict[str, Any] = {}
     unavailable: dict[str, str] = {}
     for name, answer in zip(parts, answers, strict=True):
@@ -71,18 +73,42 @@ async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S
         "workers": {},
         "pools": {},
         "governor": _governor(got.get("governor")),
-        "cache": {k: cache.get(k) for k in ("entries", "bytes", "hits", "misses", "stale",
-                                            "fills", "fetches", "not_modified", "hit_ratio")}
-        if cache else None,
+        "cache": {
+            k: cache.get(k)
+            for k in (
+                "entries",
+                "bytes",
+                "hits",
+                "misses",
+                "stale",
+                "fills",
+                "fetches",
+                "not_modified",
+                "hit_ratio",
+            )
+        }
+        if cache
+        else None,
     }
     for stage in system.pools:
         pool = got.get(f"pool/{stage}")
         if pool is None:
             continue
         status["workers"][stage] = pool.get("workers")
-        status["pools"][stage] = {k: pool.get(k) for k in (
-            "workers", "min_workers", "max_workers", "peak_workers", "in_flight",
-            "waiting_for_permit", "backlog", "last_reason", "held_by")}
+        status["pools"][stage] = {
+            k: pool.get(k)
+            for k in (
+                "workers",
+                "min_workers",
+                "max_workers",
+                "peak_workers",
+                "in_flight",
+                "waiting_for_permit",
+                "backlog",
+                "last_reason",
+                "held_by",
+            )
+        }
     status["poller"] = poller if isinstance(poller, dict) else None
     return json_safe(status)
 
@@ -105,9 +131,23 @@ def _governor(stats: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, An
     """Per endpoint key: the rate in force and what it was learnt from."""
     if stats is None:
         return None
-    keep = ("state", "rate", "limit_estimate", "safe_rate", "header_rate", "paused_for_s",
-            "pause_reason", "quota", "quota_window_s", "warm_start", "busy_s", "ok", "429s",
-            "503s", "decreases")
+    keep = (
+        "state",
+        "rate",
+        "limit_estimate",
+        "safe_rate",
+        "header_rate",
+        "paused_for_s",
+        "pause_reason",
+        "quota",
+        "quota_window_s",
+        "warm_start",
+        "busy_s",
+        "ok",
+        "429s",
+        "503s",
+        "decreases",
+    )
     # Keys are endpoint URLs (or rate_key names): never show the credentials of one.
     return {_shown_key(key): {k: gov.get(k) for k in keep} for key, gov in stats.items()}
 
@@ -124,8 +164,11 @@ def read_status(config: PipelineConfig, instance: str) -> dict[str, Any]:
     from driver_review.runtime.system import System
 
     if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", namespace=NAMESPACE,
-                 log_to_driver=False)
+        ray.init(
+            address=os.environ.get("RAY_ADDRESS") or "auto",
+            namespace=NAMESPACE,
+            log_to_driver=False,
+        )
     return asyncio.run(collect_status(System.attach(config, instance)))
 
 
@@ -134,25 +177,36 @@ def format_status(status: dict[str, Any]) -> list[str]:
     if status.get("refused"):
         lines.append(f"  refusing work: {status['refused']}")
     if status.get("unavailable"):
-        lines.append("  unavailable: " + ", ".join(f"{k} ({v})"
-                                                  for k, v in status["unavailable"].items()))
+        lines.append(
+            "  unavailable: " + ", ".join(f"{k} ({v})" for k, v in status["unavailable"].items())
+        )
     ledger = status.get("ledger") or {}
     if ledger:
-        lines.append(f"  drivers {ledger.get('drivers')}: in review {ledger.get('in_review')}, "
-                     f"published {ledger.get('published')}, rejected {ledger.get('rejected')}")
-    lines.append(f"  watermark {status.get('watermark')}, oldest review "
-                 f"{(status.get('oldest_review_age_s') or 0):.0f}s ago, "
-                 f"{status.get('leased') or 0} items leased")
+        lines.append(
+            f"  drivers {ledger.get('drivers')}: in review {ledger.get('in_review')}, "
+            f"published {ledger.get('published')}, rejected {ledger.get('rejected')}"
+        )
+    lines.append(
+        f"  watermark {status.get('watermark')}, oldest review "
+        f"{(status.get('oldest_review_age_s') or 0):.0f}s ago, "
+        f"{status.get('leased') or 0} items leased"
+    )
     lines.append(f"  {'stage':<14}{'queued':>8}{'workers':>9}{'in flight':>11}{'held':>6}")
     for stage, pool in (status.get("pools") or {}).items():
         queued = (status.get("backlog") or {}).get(stage, {}).get("queued", 0)
-        lines.append(f"  {stage:<14}{queued:>8}{pool['workers']:>9}{pool['in_flight']:>11}"
-                     f"{pool['waiting_for_permit']:>6}")
+        lines.append(
+            f"  {stage:<14}{queued:>8}{pool['workers']:>9}{pool['in_flight']:>11}"
+            f"{pool['waiting_for_permit']:>6}"
+        )
     for key, gov in (status.get("governor") or {}).items():
-        lines.append(f"  governor {key}: {gov.get('state')} at {gov.get('rate', 0):.1f}/s, "
-                     f"{gov.get('429s', 0)} 429s")
+        lines.append(
+            f"  governor {key}: {gov.get('state')} at {gov.get('rate', 0):.1f}/s, "
+            f"{gov.get('429s', 0)} 429s"
+        )
     cache = status.get("cache") or {}
     if cache:
-        lines.append(f"  cache: {cache.get('entries')} entries, hit ratio "
-                     f"{(cache.get('hit_ratio') or 0):.2f}")
+        lines.append(
+            f"  cache: {cache.get('entries')} entries, hit ratio "
+            f"{(cache.get('hit_ratio') or 0):.2f}"
+        )
     return lines

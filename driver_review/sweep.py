@@ -73,14 +73,23 @@ class Progress:
         self.every_s = every_s
         self._last = 0.0
 
-    def update(self, listed: int, decided: int, queued: int, leased: int, elapsed_s: float,
-               final: bool = False) -> None:
+    def update(
+        self,
+        listed: int,
+        decided: int,
+        queued: int,
+        leased: int,
+        elapsed_s: float,
+        final: bool = False,
+    ) -> None:
         now = time.monotonic()
         if not final and not self.tty and now - self._last < self.every_s:
             return
         self._last = now
-        line = (f"sweep: {listed} listed, {decided} decisions, {queued} queued, "
-                f"{leased} in flight, {elapsed_s:.0f}s")
+        line = (
+            f"sweep: {listed} listed, {decided} decisions, {queued} queued, "
+            f"{leased} in flight, {elapsed_s:.0f}s"
+        )
         if self.tty:
             self.out.write("\r\x1b[2K" + line + ("\n" if final else ""))
         else:
@@ -101,7 +110,8 @@ class Listing:
     bad: int = 0  # rows set aside (quarantined), in no status count
     queued: int = 0  # of which intake queued work for
     by_status: dict[str, int] = field(
-        default_factory=lambda: {"published": 0, "rejected": 0, "in_review": 0})
+        default_factory=lambda: {"published": 0, "rejected": 0, "in_review": 0}
+    )
 
     @property
     def in_review(self) -> int:
@@ -115,8 +125,7 @@ def run_sweep(
     return asyncio.run(_sweep(config, options, progress or Progress()))
 
 
-async def _intake(orchestrator: OrchestratorClient, changes: list[Change],
-                  deadline: float) -> int:
+async def _intake(orchestrator: OrchestratorClient, changes: list[Change], deadline: float) -> int:
     """Hand a chunk to intake, waiting as long as the orchestrator says it is full."""
     while True:
         try:
@@ -131,8 +140,14 @@ class _Run:
     """One sweep's loop: feed the listing, wait for a quiescence that can be believed,
     confirm it against the catalog."""
 
-    def __init__(self, config: PipelineConfig, system: System, catalog: Any,
-                 progress: Progress, timeout_s: float) -> None:
+    def __init__(
+        self,
+        config: PipelineConfig,
+        system: System,
+        catalog: Any,
+        progress: Progress,
+        timeout_s: float,
+    ) -> None:
         self.config = config
         self.system = system
         self.catalog = catalog
@@ -163,12 +178,17 @@ class _Run:
             state = await self.system.orchestrator.progress()
         except (RayActorError, GetTimeoutError, ValueError) as exc:
             self.orchestrator_down = True
-            raise Unfinished(f"orchestrator unreachable for "
-                             f"{self.system.orchestrator.timeout_s:.0f} s "
-                             f"({type(exc).__name__})") from exc
+            raise Unfinished(
+                f"orchestrator unreachable for "
+                f"{self.system.orchestrator.timeout_s:.0f} s "
+                f"({type(exc).__name__})"
+            ) from exc
         if state["incarnation"] not in self.verdicts and self.verdicts:
-            log.warning("sweep: the orchestrator restarted (incarnation %d, %s)",
-                        len(self.verdicts) + 1, state["incarnation"][:8])
+            log.warning(
+                "sweep: the orchestrator restarted (incarnation %d, %s)",
+                len(self.verdicts) + 1,
+                state["incarnation"][:8],
+            )
         self.verdicts[state["incarnation"]] = state["verdicts"]
         self._last = state
         return state
@@ -216,11 +236,14 @@ class _Run:
             if self.listing.in_review - state.get("parked", 0) <= 0:
                 return
             self.rounds += 1
-            log.warning("sweep: %d drivers still in review after quiescence (round %d of %d)",
-                        self.listing.in_review, self.rounds, MAX_ROUNDS)
+            log.warning(
+                "sweep: %d drivers still in review after quiescence (round %d of %d)",
+                self.listing.in_review,
+                self.rounds,
+                MAX_ROUNDS,
+            )
             if self.rounds >= MAX_ROUNDS:
-                raise Unfinished(f"{MAX_ROUNDS} confirming listings still found drivers "
-                                 "in review")
+                raise Unfinished(f"{MAX_ROUNDS} confirming listings still found drivers in review")
 
     async def _feed(self) -> str | None:
         """List the catalog and hand every row to intake. Returns the incarnation that
@@ -268,8 +291,9 @@ class _Run:
         meanwhile is counted): from the catalog itself, else what the orchestrator held,
         else the last listing (what it saw in review, perhaps decided since)."""
         # The instance is stopped, governor included: a few unpaced pages, bounded.
-        catalog = build_catalog(self.config.catalog, limiter=None, on_response=None,
-                                stages=self.config.stage_names)
+        catalog = build_catalog(
+            self.config.catalog, limiter=None, on_response=None, stages=self.config.stage_names
+        )
         try:
             return await asyncio.wait_for(self._count(catalog), COUNT_TIMEOUT_S)
         except (CatalogError, TimeoutError) as exc:
@@ -290,9 +314,14 @@ class _Run:
         return listing.in_review
 
     def _report(self, state: Mapping[str, Any], final: bool = False) -> None:
-        self.progress.update(self.listing.listed, self.decided(), state.get("queued", 0),
-                             state.get("leased", 0), time.monotonic() - self.started,
-                             final=final)
+        self.progress.update(
+            self.listing.listed,
+            self.decided(),
+            state.get("queued", 0),
+            state.get("leased", 0),
+            time.monotonic() - self.started,
+            final=final,
+        )
 
     def report_final(self) -> None:
         self._report(self._last, final=True)
@@ -301,8 +330,12 @@ class _Run:
 async def _sweep(config: PipelineConfig, options: SweepOptions, progress: Progress) -> dict:
     instance = options.instance or f"sweep-{uuid.uuid4().hex[:8]}"
     system: System = await asyncio.to_thread(
-        start_system, config, instance=instance, data_dir=options.data_dir,
-        outer_loop=False, autoscale=options.autoscale,
+        start_system,
+        config,
+        instance=instance,
+        data_dir=options.data_dir,
+        outer_loop=False,
+        autoscale=options.autoscale,
     )
     catalog, _ = make_catalog(config, instance)
     run = _Run(config, system, catalog, progress, options.timeout_s)
@@ -323,10 +356,19 @@ async def _sweep(config: PipelineConfig, options: SweepOptions, progress: Progre
         final = await stop_system(system)
     unresolved = await run.count_unresolved(held) if reason else 0
     return summarize(
-        final, listed=run.listing.listed, final_states=run.listing.by_status,
-        decisions=_merge_verdicts(run.verdicts), wall_s=wall_s, listing_calls=listing_calls,
-        instance=instance, data_dir=options.data_dir, reason=reason, unresolved=unresolved,
-        restarts=run.restarts, listings=run.listings, rounds=run.rounds,
+        final,
+        listed=run.listing.listed,
+        final_states=run.listing.by_status,
+        decisions=_merge_verdicts(run.verdicts),
+        wall_s=wall_s,
+        listing_calls=listing_calls,
+        instance=instance,
+        data_dir=options.data_dir,
+        reason=reason,
+        unresolved=unresolved,
+        restarts=run.restarts,
+        listings=run.listings,
+        rounds=run.rounds,
         listing_rows=listing_rows,
     )
 
@@ -339,11 +381,23 @@ def _merge_verdicts(per_incarnation: dict[str, dict[str, int]]) -> dict[str, int
     return total
 
 
-def summarize(final: dict[str, Any], *, listed: int, final_states: dict[str, int],
-              decisions: dict[str, int], wall_s: float,
-              listing_calls: dict[str, dict[str, int]], instance: str, data_dir: str,
-              reason: str = "", unresolved: int = 0, restarts: int = 0, listings: int = 0,
-              rounds: int = 0, listing_rows: dict[str, Any] | None = None) -> dict[str, Any]:
+def summarize(
+    final: dict[str, Any],
+    *,
+    listed: int,
+    final_states: dict[str, int],
+    decisions: dict[str, int],
+    wall_s: float,
+    listing_calls: dict[str, dict[str, int]],
+    instance: str,
+    data_dir: str,
+    reason: str = "",
+    unresolved: int = 0,
+    restarts: int = 0,
+    listings: int = 0,
+    rounds: int = 0,
+    listing_rows: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The summary ``--json`` prints. ``final_states`` are the catalog's, as last listed;
     ``ok`` is false exactly when ``reason`` says why the sweep did not finish."""
     calls: dict[str, dict[str, int]] = {}
@@ -366,8 +420,7 @@ def summarize(final: dict[str, Any], *, listed: int, final_states: dict[str, int
         "ok": not reason,
         "reason": reason or None,
         "decisions": decisions,
-        "final_states": {k: final_states.get(k, 0) for k in ("published", "rejected",
-                                                             "in_review")},
+        "final_states": {k: final_states.get(k, 0) for k in ("published", "rejected", "in_review")},
         "unresolved": unresolved,
         "timed_out": reason.startswith("timed out"),
         "orchestrator_restarts": restarts,
@@ -375,8 +428,11 @@ def summarize(final: dict[str, Any], *, listed: int, final_states: dict[str, int
         "confirm_rounds": rounds,
         # Bad rows set aside (by kind), and bad listing rows whose record by id was good.
         "quarantined": {
-            **{k: v for k, v in orch.get("quarantined", {}).items()
-               if k in ("total", "by_kind", "parked")},
+            **{
+                k: v
+                for k, v in orch.get("quarantined", {}).items()
+                if k in ("total", "by_kind", "parked")
+            },
             "resolved": sum((listing_rows or {}).get("resolved", {}).values()),
             # Bad rows the listings yielded, every pass counted (a confirming listing reads
             # the same bad rows again; ``total`` counts each distinct row once).
@@ -387,8 +443,10 @@ def summarize(final: dict[str, Any], *, listed: int, final_states: dict[str, int
         "rate_limited_share": rate_limited / total_calls if total_calls else 0.0,
         "worker_counts": worker_counts,
         "peak_workers": workers,
-        "cache": {k: cache.get(k) for k in ("hits", "misses", "stale", "fetches",
-                                            "not_modified", "fills", "hit_ratio")},
+        "cache": {
+            k: cache.get(k)
+            for k in ("hits", "misses", "stale", "fetches", "not_modified", "fills", "hit_ratio")
+        },
         "governor": final.get("governor", {}),
         "wall_s": round(wall_s, 3),
         "achieved_rps": round(total_calls / wall_s, 2) if wall_s else 0.0,
@@ -399,8 +457,9 @@ def failure_line(summary: dict[str, Any]) -> str:
     """The one line a sweep that did not finish ends with (empty when it finished)."""
     if summary["ok"]:
         return ""
-    return (f"sweep did not finish: {summary['reason']} with {summary['unresolved']} "
-            "drivers unresolved")
+    return (
+        f"sweep did not finish: {summary['reason']} with {summary['unresolved']} drivers unresolved"
+    )
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
@@ -410,17 +469,23 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     write(f"sweep {summary['instance']}: {summary['drivers']} drivers in {summary['wall_s']:.1f}s")
     write("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["decisions"].items())))
     write("  final:     " + ", ".join(f"{k} {v}" for k, v in summary["final_states"].items()))
-    write(f"  calls:     {summary['external_calls_total']} at {summary['achieved_rps']}/s, "
-          f"429s {summary['rate_limited_share']:.2%}")
+    write(
+        f"  calls:     {summary['external_calls_total']} at {summary['achieved_rps']}/s, "
+        f"429s {summary['rate_limited_share']:.2%}"
+    )
     c = summary["cache"]
     write(f"  cache:     {c['hits']} hits, {c['misses']} misses, {c['fetches']} fetches")
     write(f"  results:   {summary['data_dir']}/reviews/")
     q = summary.get("quarantined") or {}
     if q.get("total") or q.get("resolved"):
-        write(f"  quarantined: {q.get('total', 0)} rows set aside ("
-              + ", ".join(f"{k} {v}" for k, v in sorted(q.get("by_kind", {}).items()))
-              + f"); {q.get('resolved', 0)} bad rows resolved by id")
+        write(
+            f"  quarantined: {q.get('total', 0)} rows set aside ("
+            + ", ".join(f"{k} {v}" for k, v in sorted(q.get("by_kind", {}).items()))
+            + f"); {q.get('resolved', 0)} bad rows resolved by id"
+        )
     if summary["orchestrator_restarts"]:
-        write(f"  restarts:  orchestrator {summary['orchestrator_restarts']}, "
-              f"{summary['listings']} listings")
+        write(
+            f"  restarts:  orchestrator {summary['orchestrator_restarts']}, "
+            f"{summary['listings']} listings"
+        )
     return lines

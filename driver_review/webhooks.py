@@ -94,8 +94,9 @@ def timestamp_of(ts_raw: str) -> int:
     if _DIGITS.fullmatch(ts_raw) is None:
         raise SignatureError("webhook-timestamp is not Unix seconds in ASCII digits")
     if len(ts_raw) > MAX_TIMESTAMP_DIGITS:
-        raise SignatureError(f"webhook-timestamp has {len(ts_raw)} digits, over "
-                             f"{MAX_TIMESTAMP_DIGITS}")
+        raise SignatureError(
+            f"webhook-timestamp has {len(ts_raw)} digits, over {MAX_TIMESTAMP_DIGITS}"
+        )
     return int(ts_raw)
 
 
@@ -112,8 +113,9 @@ class Verifier:
         """Return the message id, or raise :class:`SignatureError` saying what is wrong."""
         return self.verify_message(headers, body, now=now).msg_id
 
-    def verify_message(self, headers: Mapping[str, str], body: bytes, *,
-                       now: float | None = None) -> Verified:
+    def verify_message(
+        self, headers: Mapping[str, str], body: bytes, *, now: float | None = None
+    ) -> Verified:
         """The id and timestamp of a correctly signed, timely message, or
         :class:`SignatureError` with one line naming what is wrong (never another error)."""
         msg_id = headers.get("webhook-id")
@@ -128,12 +130,12 @@ class Verifier:
         if abs(current - timestamp) > self.tolerance_s:
             raise SignatureError("webhook-timestamp outside the tolerance")
         offered = [
-            part[3:] for part in sig_header.split()[:MAX_SIGNATURES]
+            part[3:]
+            for part in sig_header.split()[:MAX_SIGNATURES]
             if part.startswith("v1,") and _DIGEST_B64.fullmatch(part, 3) is not None
         ]
         if not offered:
-            raise SignatureError("webhook-signature has no 'v1,' entry with a base64 "
-                                 "HMAC-SHA256")
+            raise SignatureError("webhook-signature has no 'v1,' entry with a base64 HMAC-SHA256")
         for key in self._keys:
             expected = _digest(key, msg_id, timestamp, body)
             # compare_digest on every candidate: constant time per comparison.

@@ -24,6 +24,7 @@ from driver_review.ledger import NO_STAGE, Change, Status, Verdict
 
 _E = TypeVar("_E", Status, Verdict, Lane)
 
+
 def stage_index(stages: Sequence[str], name: str | None) -> int:
     """The position of stage ``name`` in the pipeline's ``stages``; ``NO_STAGE`` for none."""
     if name is None:
@@ -74,8 +75,13 @@ def change_of(stages: Sequence[str], summary: Any) -> Change:
     ``driver_id``). Judging it (id, version, time) is the caller's: see
     :func:`driver_review.quarantine.to_change`."""
     driver_id = getattr(summary, "id", None) or summary.driver_id
-    return Change(driver_id, summary.version, stage_index(stages, summary.stage),
-                  status_of(summary.status), summary.updated_at.timestamp())
+    return Change(
+        driver_id,
+        summary.version,
+        stage_index(stages, summary.stage),
+        status_of(summary.status),
+        summary.updated_at.timestamp(),
+    )
 
 
 def _member(kind: type[_E], text: str, what: str) -> _E:

@@ -74,11 +74,15 @@ def admin_token(host: str, environ: Mapping[str, str] = os.environ) -> RedactedS
     if not value:
         if is_loopback(host):
             return None
-        raise ConfigError(f"{ADMIN_TOKEN_ENV} is not set: the admin endpoint on {host!r} is "
-                          "not loopback and needs a bearer token")
+        raise ConfigError(
+            f"{ADMIN_TOKEN_ENV} is not set: the admin endpoint on {host!r} is "
+            "not loopback and needs a bearer token"
+        )
     if len(value) < MIN_TOKEN_CHARS or not value.isascii() or not value.isprintable():
-        raise ConfigError(f"{ADMIN_TOKEN_ENV}: not a token of at least {MIN_TOKEN_CHARS} "
-                          "printable ASCII characters")
+        raise ConfigError(
+            f"{ADMIN_TOKEN_ENV}: not a token of at least {MIN_TOKEN_CHARS} "
+            "printable ASCII characters"
+        )
     return RedactedSecret(value)
 
 
@@ -114,8 +118,12 @@ def serve_ingress_stats(app_name: str | None, timeout_s: float) -> IngressStats:
     return ask
 
 
-def build_admin_api(system: System, args: AdminArgs, token: RedactedSecret | None,
-                    ingress_stats: IngressStats | None = None) -> FastAPI:
+def build_admin_api(
+    system: System,
+    args: AdminArgs,
+    token: RedactedSecret | None,
+    ingress_stats: IngressStats | None = None,
+) -> FastAPI:
     secret = token.reveal().encode() if token is not None else None
     ask_ingress = ingress_stats or serve_ingress_stats(args.ingress_app, args.status_timeout_s)
 
@@ -125,17 +133,25 @@ def build_admin_api(system: System, args: AdminArgs, token: RedactedSecret | Non
         if secret is not None and not bearer_ok(request.headers.get("authorization"), secret):
             raise _Unauthorized
 
-    api = FastAPI(title="driver-review admin", docs_url=None, redoc_url=None,
-                  dependencies=[Depends(authorize)])
+    api = FastAPI(
+        title="driver-review admin",
+        docs_url=None,
+        redoc_url=None,
+        dependencies=[Depends(authorize)],
+    )
 
     @api.exception_handler(_Unauthorized)
     async def unauthorized(_request: Request, _exc: _Unauthorized) -> JSONResponse:
-        return JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401,
-                            headers={"WWW-Authenticate": "Bearer"})
+        return JSONResponse(
+            {"detail": "missing or wrong bearer token"},
+            status_code=401,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
     async def build_status() -> dict[str, Any]:
         doc, ingress = await asyncio.gather(
-            collect_status(system, timeout_s=args.status_timeout_s), ask_ingress())
+            collect_status(system, timeout_s=args.status_timeout_s), ask_ingress()
+        )
         doc["ingress"] = json_safe(ingress)
         return doc
 
@@ -155,8 +171,7 @@ def build_admin_api(system: System, args: AdminArgs, token: RedactedSecret | Non
             await asyncio.sleep(args.sample_every_s)
 
     async def ledger_entry(driver_id: str) -> dict[str, Any] | None:
-        entry = await asyncio.wait_for(system.orchestrator.driver(driver_id),
-                                       args.status_timeout_s)
+        entry = await asyncio.wait_for(system.orchestrator.driver(driver_id), args.status_timeout_s)
         return dict(entry) if entry is not None else None
 
     @api.get("/healthz")
@@ -179,8 +194,14 @@ def build_admin_api(system: System, args: AdminArgs, token: RedactedSecret | Non
             return JSONResponse({"detail": f"driver {driver_id!r} is not in the ledger"}, 404)
         return JSONResponse(json_safe(entry))
 
-    api.include_router(ui_router(status=current_status, history=history,
-                                 ledger_entry=ledger_entry, results_dir=args.results_dir))
+    api.include_router(
+        ui_router(
+            status=current_status,
+            history=history,
+            ledger_entry=ledger_entry,
+            results_dir=args.results_dir,
+        )
+    )
     api.state.status_cache = status_doc  # tests read its counts
     api.state.history = history
     api.state.sample_forever = sample_forever

@@ -37,15 +37,15 @@ _started: dict[str, Any] = {}
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (0: any free port), or one line saying why not."""
     try:
-        family, kind, proto, _, addr = socket.getaddrinfo(host, port,
-                                                          type=socket.SOCK_STREAM)[0]
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
         sock.listen(128)
     except OSError as exc:
-        raise ConfigError(f"admin endpoint: cannot listen on {host}:{port}: "
-                          f"{exc.strerror or exc}") from None
+        raise ConfigError(
+            f"admin endpoint: cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
     sock.setblocking(False)
     return sock
 
@@ -53,14 +53,21 @@ def bind(host: str, port: int) -> socket.socket:
 class AdminServer:
     """Plain class; made an actor in :func:`start_admin`."""
 
-    def __init__(self, config: PipelineConfig, args: AdminArgs, host: str, port: int,
-                 token: RedactedSecret | None) -> None:
+    def __init__(
+        self,
+        config: PipelineConfig,
+        args: AdminArgs,
+        host: str,
+        port: int,
+        token: RedactedSecret | None,
+    ) -> None:
         if token is None:
             admin_token(host, {})  # refuses a non-loopback host without a token
         self.sock = bind(host, port)
         api = build_admin_api(System.attach(config, args.instance), args, token)
-        self.server = uvicorn.Server(uvicorn.Config(api, log_config=None, access_log=False,
-                                                    lifespan="off"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(api, log_config=None, access_log=False, lifespan="off")
+        )
         # The constructor runs on the actor's event loop: serve there, in the background.
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self.server.serve(sockets=[self.sock]))
@@ -83,19 +90,33 @@ class AdminServer:
             await asyncio.wait_for(self._task, STOP_TIMEOUT_S)
 
 
-def start_admin(config: PipelineConfig, *, instance: str, host: str, port: int,
-                ingress_app: str | None, token: RedactedSecret | None,
-                results_dir: str | None = None) -> str:
+def start_admin(
+    config: PipelineConfig,
+    *,
+    instance: str,
+    host: str,
+    port: int,
+    ingress_app: str | None,
+    token: RedactedSecret | None,
+    results_dir: str | None = None,
+) -> str:
     """Start the admin actor of ``instance`` on this node; returns its base URL."""
     if port:  # fail here, in one line, rather than in an actor's creation task
         bind(host, port).close()
     args = AdminArgs(instance=instance, ingress_app=ingress_app, results_dir=results_dir)
     here = ray.get_runtime_context().get_node_id()
-    handle = ray.remote(AdminServer).options(
-        name=actor_name(instance, "admin"), namespace=NAMESPACE, num_cpus=0,
-        max_restarts=-1, max_concurrency=100,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
-    ).remote(config, args, host, port, token)
+    handle = (
+        ray.remote(AdminServer)
+        .options(
+            name=actor_name(instance, "admin"),
+            namespace=NAMESPACE,
+            num_cpus=0,
+            max_restarts=-1,
+            max_concurrency=100,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
+        )
+        .remote(config, args, host, port, token)
+    )
     _started[instance] = handle
     # Without retries, as on any actor just created: one that cannot listen fails at once.
     bound_host, bound_port = AdminClient(instance, handle=handle, timeout_s=0).address_sync()

@@ -89,8 +89,7 @@ def build_app(args: IngressArgs) -> Application:
         num_replicas=args.num_replicas,
         max_ongoing_requests=args.max_ongoing_requests or 2 * args.batch_max,
         max_queued_requests=args.max_queued_requests,
-        backpressure_config=BackpressureConfig(status_code=429,
-                                               retry_after_s=args.retry_after_s),
+        backpressure_config=BackpressureConfig(status_code=429, retry_after_s=args.retry_after_s),
         # I/O-bound: reserve no CPU, so a 2-core machine hosts it beside the pipeline.
         ray_actor_options={"num_cpus": 0, **_runtime_env(args)},
     ).bind(args, config, forwarded)

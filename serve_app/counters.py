@@ -18,15 +18,25 @@ from driver_review.runtime.metrics import quarantined
 from serve_app.webhook import QUARANTINE_KINDS
 
 #: Outcomes of a webhook request; ``refused_<status>`` for every 4xx but 429.
-OUTCOMES = ("accepted", "duplicate", "refused_400", "refused_401", "refused_413",
-            "refused_422", "intake_full", "unavailable", "lookup_failed")
+OUTCOMES = (
+    "accepted",
+    "duplicate",
+    "refused_400",
+    "refused_401",
+    "refused_413",
+    "refused_422",
+    "intake_full",
+    "unavailable",
+    "lookup_failed",
+)
 
 
 @cache
 def _webhooks_metric() -> metrics.Counter:
     # Created lazily: a metric belongs to the process that records it (the replica).
-    return metrics.Counter("driver_review_webhooks", "Webhook requests by outcome",
-                           tag_keys=("instance", "outcome"))
+    return metrics.Counter(
+        "driver_review_webhooks", "Webhook requests by outcome", tag_keys=("instance", "outcome")
+    )
 
 
 class IngressCounters:
@@ -49,8 +59,9 @@ class IngressCounters:
         """One well-signed message whose data cannot be taken (counted once per id)."""
         self.quarantined[kind] = self.quarantined.get(kind, 0) + 1
         if self.export:
-            quarantined().inc(1, tags={"instance": self.instance, "source": "webhook",
-                                       "kind": kind})
+            quarantined().inc(
+                1, tags={"instance": self.instance, "source": "webhook", "kind": kind}
+            )
 
     def looked_up(self, n: int) -> None:
         self.thin += n

@@ -76,32 +76,54 @@ def run_demo(*, duration_s: float, drivers: int, data_dir: str, out: TextIO = sy
     os.environ[SECRET_ENV] = secret  # the ingress reads it from the environment
     port = _free_port()
     settings = SimSettings(
-        drivers=drivers, seed=42, rate_limit=DEMO_RATE_LIMIT, latency_ms=15.0,
-        fault_rate=0.01, fault_timeout_s=3.0, update_rate=4.0, burst_every_s=20.0,
-        burst_size=40, webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers",
-        webhook_secret=secret, webhook_drop_rate=0.1,
+        drivers=drivers,
+        seed=42,
+        rate_limit=DEMO_RATE_LIMIT,
+        latency_ms=15.0,
+        fault_rate=0.01,
+        fault_timeout_s=3.0,
+        update_rate=4.0,
+        burst_every_s=20.0,
+        burst_size=40,
+        webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers",
+        webhook_secret=secret,
+        webhook_drop_rate=0.1,
     )
     with SimServer(settings).start() as sim:
-        view.say(f"simulated vendor catalog at {sim.url}: {drivers} drivers, "
-                 f"{DEMO_RATE_LIMIT:g} req/s limit (undisclosed), 1% faults, ~4 updates/s "
-                 "with bursts, signed pings (10% dropped on purpose)")
+        view.say(
+            f"simulated vendor catalog at {sim.url}: {drivers} drivers, "
+            f"{DEMO_RATE_LIMIT:g} req/s limit (undisclosed), 1% faults, ~4 updates/s "
+            "with bursts, signed pings (10% dropped on purpose)"
+        )
         _tour(sim.url, view)
         view.say("starting Ray, the service and its Serve ingress ...")
         from driver_review.runtime.names import connect
 
         connect()
         config = load_config().with_overrides(
-            catalog={"url": sim.url}, window={"bucket_s": 5.0, "freshness_s": 600.0},
+            catalog={"url": sim.url},
+            window={"bucket_s": 5.0, "freshness_s": 600.0},
             results={"rollover_s": 5.0},
         )
         instance = f"demo-{uuid.uuid4().hex[:6]}"
-        system = start_service(config, config_path=None, instance=instance, data_dir=data_dir,
-                               host="127.0.0.1", port=port, poll_interval_s=5.0,
-                               admin_port=_free_port())
-        view.say(f"service {instance!r}: webhooks at http://127.0.0.1:{port}, status at "
-                 f"{admin_url(instance)}/status; Ray dashboard: http://127.0.0.1:8265")
-        view.say(f"live pipeline page: {ui_address(instance)}  (open it in a browser; "
-                 f"`driver-review explain DRIVER_ID --data-dir {data_dir}` explains a driver)")
+        system = start_service(
+            config,
+            config_path=None,
+            instance=instance,
+            data_dir=data_dir,
+            host="127.0.0.1",
+            port=port,
+            poll_interval_s=5.0,
+            admin_port=_free_port(),
+        )
+        view.say(
+            f"service {instance!r}: webhooks at http://127.0.0.1:{port}, status at "
+            f"{admin_url(instance)}/status; Ray dashboard: http://127.0.0.1:8265"
+        )
+        view.say(
+            f"live pipeline page: {ui_address(instance)}  (open it in a browser; "
+            f"`driver-review explain DRIVER_ID --data-dir {data_dir}` explains a driver)"
+        )
         started = time.monotonic()
         while time.monotonic() - started < duration_s:
             view.show(_frame(system, sim.url, time.monotonic() - started, "live"))
@@ -137,13 +159,18 @@ def _frame(system: Any, sim_url: str, elapsed_s: float, phase: str) -> list[str]
     ]
     for stage, pool in (status.get("pools") or {}).items():
         queued = (status.get("backlog") or {}).get(stage, {}).get("queued", 0)
-        lines.append(f"  {stage:<14}{queued:>8}{pool['workers']:>9}{pool['in_flight']:>11}"
-                     f"{pool['waiting_for_permit']:>6}")
+        lines.append(
+            f"  {stage:<14}{queued:>8}{pool['workers']:>9}{pool['in_flight']:>11}"
+            f"{pool['waiting_for_permit']:>6}"
+        )
     gov: dict[str, Any] = next(iter((status.get("governor") or {}).values()), {})
     cache = status.get("cache") or {}
-    lines.append("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items()))
-                 + f"; governor {gov.get('rate', 0):.0f}/s ({gov.get('state', '-')}); "
-                 f"cache hit ratio {(cache.get('hit_ratio') or 0):.2f}")
+    lines.append(
+        "  decisions: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items()))
+        + f"; governor {gov.get('rate', 0):.0f}/s ({gov.get('state', '-')}); "
+        f"cache hit ratio {(cache.get('hit_ratio') or 0):.2f}"
+    )
     return lines
 
 
@@ -152,14 +179,20 @@ def _summary(view: View, sim_url: str, data_dir: str, done: int, total: int) -> 
     report = build_report(data_dir)
     lat = report.get("intake_to_decision_s") or {}
     view.say("")
-    view.say(f"final state equals the simulator's truth for {done}/{total} drivers"
-             + ("" if done == total else "  <-- NOT all"))
-    view.say(f"decisions PUT to the catalog: {sim['decisions']} "
-             f"({sim['duplicate_decisions']} repeats, harmless by design)")
+    view.say(
+        f"final state equals the simulator's truth for {done}/{total} drivers"
+        + ("" if done == total else "  <-- NOT all")
+    )
+    view.say(
+        f"decisions PUT to the catalog: {sim['decisions']} "
+        f"({sim['duplicate_decisions']} repeats, harmless by design)"
+    )
     if lat:
         view.say(f"intake to decision: p50 {lat['p50']:.2f}s, p99 {lat['p99']:.2f}s")
-    view.say(f"results: {report['rows']} rows of Parquet under {data_dir}/reviews/ — "
-             f"`driver-review report --data-dir {data_dir}`")
+    view.say(
+        f"results: {report['rows']} rows of Parquet under {data_dir}/reviews/ — "
+        f"`driver-review report --data-dir {data_dir}`"
+    )
 
 
 def _tour(url: str, view: View) -> None:
@@ -181,8 +214,10 @@ def _tour(url: str, view: View) -> None:
         if record is None or record.status_code != 200:
             return
         body = record.json()
-        view.say(f"  e.g. {body['id']}: {body['name']} {body['version']} "
-                 f"[{', '.join(body['hardware_ids'][:2])}] at stage {body['stage']}")
+        view.say(
+            f"  e.g. {body['id']}: {body['name']} {body['version']} "
+            f"[{', '.join(body['hardware_ids'][:2])}] at stage {body['stage']}"
+        )
         again = get(f"/v1/drivers/{body['id']}", headers={"If-None-Match": record.headers["etag"]})
         if again is not None:
             view.say(f"  revalidating with its ETag answers {again.status_code}: nothing to fetch")
@@ -191,8 +226,10 @@ def _tour(url: str, view: View) -> None:
     statuses, retry_after = asyncio.run(_burst(url, int(DEMO_RATE_LIMIT)))
     refused = statuses.count(429)
     if refused:
-        view.say(f"  {len(statuses)} requests at once: {refused} answered 429 Retry-After: "
-                 f"{retry_after}; the governor must find the rate")
+        view.say(
+            f"  {len(statuses)} requests at once: {refused} answered 429 Retry-After: "
+            f"{retry_after}; the governor must find the rate"
+        )
     time.sleep(1.0)  # let the bucket refill
     # From here on the live view counts the service's own calls, not the tour's.
     httpx.post(f"{url}/_sim/reset_stats", timeout=10).raise_for_status()
@@ -200,8 +237,9 @@ def _tour(url: str, view: View) -> None:
 
 async def _burst(url: str, n: int) -> tuple[list[int], str | None]:
     """``n`` concurrent listing requests; their statuses (0 for a fault) and a Retry-After."""
-    async with httpx.AsyncClient(base_url=url, timeout=5.0,
-                                 limits=httpx.Limits(max_connections=n)) as client:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=5.0, limits=httpx.Limits(max_connections=n)
+    ) as client:
 
         async def one() -> httpx.Response | None:
             try:
@@ -210,6 +248,8 @@ async def _burst(url: str, n: int) -> tuple[list[int], str | None]:
                 return None
 
         answers = await asyncio.gather(*(one() for _ in range(n)))
-    retry_after = next((r.headers.get("retry-after") for r in answers
-                        if r is not None and r.status_code == 429), None)
+    retry_after = next(
+        (r.headers.get("retry-after") for r in answers if r is not None and r.status_code == 429),
+        None,
+    )
     return [r.status_code if r is not None else 0 for r in answers], retry_after

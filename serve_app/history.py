@@ -25,8 +25,10 @@ def _raw(doc: dict[str, Any]) -> dict[str, Any]:
     endpoints = doc.get("governor") or {}
     return {
         "decided": {s: sum(v.values()) for s, v in by_stage.items()},
-        "answers": {k: (g.get("ok") or 0) + (g.get("429s") or 0) + (g.get("503s") or 0)
-                    for k, g in endpoints.items()},
+        "answers": {
+            k: (g.get("ok") or 0) + (g.get("429s") or 0) + (g.get("503s") or 0)
+            for k, g in endpoints.items()
+        },
         "429s": {k: g.get("429s") or 0 for k, g in endpoints.items()},
     }
 
@@ -51,8 +53,7 @@ class StatusHistory:
         """Add the point of ``doc``; None when it is the one already added (a cached
         document) or older."""
         at = doc.get("at")
-        if not isinstance(at, int | float) or (self._last_at is not None
-                                                and at <= self._last_at):
+        if not isinstance(at, int | float) or (self._last_at is not None and at <= self._last_at):
             return None
         raw = _raw(doc)
         prev, prev_at = self._last_raw, self._last_at
@@ -68,14 +69,19 @@ class StatusHistory:
             "backlog": {s: [b.get("fresh", 0), b.get("stale", 0)] for s, b in backlog.items()},
             "workers": {s: p.get("workers") for s, p in pools.items()},
             "leased": doc.get("leased"),
-            "decisions_per_s": {s: _rate(n, prev["decided"].get(s, 0), dt_s)
-                                for s, n in raw["decided"].items()},
+            "decisions_per_s": {
+                s: _rate(n, prev["decided"].get(s, 0), dt_s) for s, n in raw["decided"].items()
+            },
             "endpoints": {
-                k: {"rate": g.get("rate"), "limit": g.get("limit_estimate"),
+                k: {
+                    "rate": g.get("rate"),
+                    "limit": g.get("limit_estimate"),
                     "answers_per_s": _rate(raw["answers"][k], prev["answers"].get(k, 0), dt_s),
                     "r429_per_s": _rate(raw["429s"][k], prev["429s"].get(k, 0), dt_s),
-                    "paused": bool(g.get("paused_for_s"))}
-                for k, g in (doc.get("governor") or {}).items()},
+                    "paused": bool(g.get("paused_for_s")),
+                }
+                for k, g in (doc.get("governor") or {}).items()
+            },
         }
         self.points.append(point)
         while self.points and self.points[0]["t"] < at - self.window_s:

@@ -54,8 +54,7 @@ WEBHOOK_ROUTE = "/webhooks/drivers"
 
 log = logging.getLogger("ray.serve")
 
-api = FastAPI(title="driver-review webhook edge", docs_url=None, redoc_url=None,
-              openapi_url=None)
+api = FastAPI(title="driver-review webhook edge", docs_url=None, redoc_url=None, openapi_url=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +100,9 @@ def _replica_id() -> Any:
 @serve.deployment(name=DEPLOYMENT_NAME)
 @serve.ingress(api)
 class DriverReviewIngress:
-    def __init__(self, args: "IngressArgs", config: PipelineConfig,
-                 secret: RedactedSecret | None = None) -> None:
+    def __init__(
+        self, args: "IngressArgs", config: PipelineConfig, secret: RedactedSecret | None = None
+    ) -> None:
         # A missing or malformed secret fails the replica here, with one line naming the
         # variable (never its value), so the deployment never serves unverified.
         self.verifier = load_verifier(args.webhook_secret_env, secret, args.tolerance_s)
@@ -122,8 +122,12 @@ class DriverReviewIngress:
         self._intake_batch.set_batch_wait_timeout_s(args.batch_wait_s)  # type: ignore[attr-defined]
 
     # -- webhook --------------------------------------------------------------------------
-    @api.post(WEBHOOK_ROUTE, status_code=202, responses=WEBHOOK_RESPONSES,
-              openapi_extra=WEBHOOK_OPENAPI_EXTRA)
+    @api.post(
+        WEBHOOK_ROUTE,
+        status_code=202,
+        responses=WEBHOOK_RESPONSES,
+        openapi_extra=WEBHOOK_OPENAPI_EXTRA,
+    )
     async def webhook(self, request: Request) -> JSONResponse:
         verified: Verified | None = None
         try:
@@ -144,8 +148,9 @@ class DriverReviewIngress:
             return
         self.quarantine_seen.add(verified.msg_id, verified.timestamp + self.verifier.tolerance_s)
         self.counters.quarantine(refused.kind or "shape")
-        log.warning("webhook %s quarantined (%s): %s", shown(verified.msg_id), refused.kind,
-                    refused.detail)
+        log.warning(
+            "webhook %s quarantined (%s): %s", shown(verified.msg_id), refused.kind, refused.detail
+        )
 
     async def _take(self, ping: Ping, remember_until: float) -> JSONResponse:
         msg_id = ping.msg_id
@@ -177,11 +182,11 @@ class DriverReviewIngress:
         records = [p.record for p in pings if p.record is not None]
         if records:
             try:
-                await asyncio.wait_for(self.system.cache.fill(records),
-                                       self.args.call_timeout_s)
+                await asyncio.wait_for(self.system.cache.fill(records), self.args.call_timeout_s)
             except Exception as exc:  # only an optimisation: the worker fetches instead
-                log.warning("cache fill of %d fat pings failed: %s", len(records),
-                            type(exc).__name__)
+                log.warning(
+                    "cache fill of %d fat pings failed: %s", len(records), type(exc).__name__
+                )
         outcomes: list[_Outcome | None] = [None] * n
         changes: dict[int, Change] = {}
         bad: list[BadRow] = []
@@ -196,8 +201,9 @@ class DriverReviewIngress:
                 self.args.call_timeout_s,
             )
             if bad:
-                await asyncio.wait_for(self.system.orchestrator.quarantine(bad),
-                                       self.args.call_timeout_s)
+                await asyncio.wait_for(
+                    self.system.orchestrator.quarantine(bad), self.args.call_timeout_s
+                )
         except IntakeFull as full:
             out = _Outcome(429, "intake_full", _retry_after_s(full), "intake is full")
             return [o or out for o in outcomes]
@@ -205,21 +211,25 @@ class DriverReviewIngress:
             # Timed out or unreachable: maybe taken, maybe not. Say "later"; a retry is
             # harmless because the orchestrator ignores news it already has.
             log.warning("intake of %d pings failed: %s: %s", n, type(exc).__name__, exc)
-            out = _Outcome(503, "unavailable", self.args.retry_after_s,
-                           "orchestrator unavailable")
+            out = _Outcome(503, "unavailable", self.args.retry_after_s, "orchestrator unavailable")
             return [o or out for o in outcomes]
         return [o or _ACCEPTED for o in outcomes]
 
-    async def _resolve(self, pings: list[Ping], thin: list[int], changes: dict[int, Change],
-                       bad: list[BadRow], outcomes: list["_Outcome | None"]) -> None:
+    async def _resolve(
+        self,
+        pings: list[Ping],
+        thin: list[int],
+        changes: dict[int, Change],
+        bad: list[BadRow],
+        outcomes: list["_Outcome | None"],
+    ) -> None:
         """Look thin pings' drivers up (through the cache: a conditional GET, paced, single
         flight) so that the change is held, and reviewed, before the 202 is sent. A driver
         the catalog no longer has needs nothing; one it cannot answer for now is a 503 the
         sender retries (the next poll would find the change too)."""
         ids = [pings[i].driver_id for i in thin]
         try:
-            found = await asyncio.wait_for(self.system.cache.lookup(ids),
-                                           self.args.call_timeout_s)
+            found = await asyncio.wait_for(self.system.cache.lookup(ids), self.args.call_timeout_s)
         except Exception as exc:
             log.warning("looking up %d thin pings failed: %s", len(ids), type(exc).__name__)
             found = [(None, type(exc).__name__)] * len(ids)
@@ -228,8 +238,12 @@ class DriverReviewIngress:
             if record is None and error == "NotFound":
                 continue  # accepted: nothing to review
             if record is None:
-                outcomes[i] = _Outcome(503, "lookup_failed", self.args.retry_after_s,
-                                       f"catalog lookup failed ({error})")
+                outcomes[i] = _Outcome(
+                    503,
+                    "lookup_failed",
+                    self.args.retry_after_s,
+                    f"catalog lookup failed ({error})",
+                )
                 continue
             item = to_change(self.stages, record, now=now, source="ping")
             if isinstance(item, BadRow):
@@ -242,15 +256,19 @@ class DriverReviewIngress:
     @api.get("/healthz", responses=HEALTHZ_RESPONSES)
     async def healthz(self) -> JSONResponse:
         try:
-            await asyncio.wait_for(self.system.orchestrator.ping(),
-                                   self.args.status_timeout_s)
+            await asyncio.wait_for(self.system.orchestrator.ping(), self.args.status_timeout_s)
         except Exception as exc:
-            return JSONResponse({"status": "unavailable",
-                                 "detail": f"orchestrator: {type(exc).__name__}"}, 503)
+            return JSONResponse(
+                {"status": "unavailable", "detail": f"orchestrator: {type(exc).__name__}"}, 503
+            )
         return JSONResponse({"status": "ok"})
 
     async def stats(self) -> dict[str, Any]:
         """This replica's counters (a handle method, not a route: the admin endpoint's
         ``/status`` shows them under ``ingress``)."""
-        return {**self.counters.snapshot(), "replica": _replica_id(),
-                "dedupe_entries": len(self.seen), "in_flight": len(self._inflight)}
+        return {
+            **self.counters.snapshot(),
+            "replica": _replica_id(),
+            "dedupe_entries": len(self.seen),
+            "in_flight": len(self._inflight),
+        }

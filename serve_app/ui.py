@@ -36,7 +36,7 @@ PUBLIC_PATHS = frozenset({"/ui", "/ui/", *(f"/ui/assets/{name}" for name in ASSE
 # The page loads only its own files and talks only to its own origin.
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
-                               "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
@@ -44,9 +44,13 @@ HEADERS = {
 EXPLAIN_TIMEOUT_S = 20.0
 
 
-def ui_router(*, status: Callable[[], Awaitable[dict[str, Any]]], history: StatusHistory,
-              ledger_entry: Callable[[str], Awaitable[dict[str, Any] | None]],
-              results_dir: str | None) -> APIRouter:
+def ui_router(
+    *,
+    status: Callable[[], Awaitable[dict[str, Any]]],
+    history: StatusHistory,
+    ledger_entry: Callable[[str], Awaitable[dict[str, Any] | None]],
+    results_dir: str | None,
+) -> APIRouter:
     router = APIRouter()
 
     @router.get("/ui", include_in_schema=False)
@@ -72,11 +76,13 @@ def ui_router(*, status: Callable[[], Awaitable[dict[str, Any]]], history: Statu
         except ValueError:
             after = math.nan
         if not math.isfinite(after):
-            return JSONResponse({"detail": f"since: not a time in epoch seconds: "
-                                           f"{since[:32]!r}"}, 400)
+            return JSONResponse(
+                {"detail": f"since: not a time in epoch seconds: {since[:32]!r}"}, 400
+            )
         doc = await status()
-        return JSONResponse({"status": doc, "history": history.since(after),
-                             "window_s": history.window_s})
+        return JSONResponse(
+            {"status": doc, "history": history.since(after), "window_s": history.window_s}
+        )
 
     @router.get("/drivers/{driver_id}/explain")
     async def explain_driver(driver_id: str) -> JSONResponse:
@@ -90,12 +96,14 @@ def ui_router(*, status: Callable[[], Awaitable[dict[str, Any]]], history: Statu
         try:
             doc = await asyncio.wait_for(
                 asyncio.to_thread(explain, results_dir, driver_id, json_safe(entry)),
-                EXPLAIN_TIMEOUT_S)
+                EXPLAIN_TIMEOUT_S,
+            )
         except Exception as exc:
             return JSONResponse({"detail": f"results: {type(exc).__name__}: {exc}"[:300]}, 503)
         if not known(doc):
-            return JSONResponse({"detail": f"driver {driver_id!r} is neither in the ledger "
-                                           "nor in the results"}, 404)
+            return JSONResponse(
+                {"detail": f"driver {driver_id!r} is neither in the ledger nor in the results"}, 404
+            )
         doc["service"] = service
         return JSONResponse(json_safe(doc))
 

@@ -28,10 +28,13 @@ from driver_review.wire import stage_index, status_of
 #: Why a well-signed ping's data cannot be taken (``quarantined`` counts by these).
 QUARANTINE_KINDS = ("not_json", "shape", "id", "version", "stage", "time", "record")
 # A pydantic error at data.<field> is a problem of that kind; anywhere else, of the shape.
-_KIND_OF_FIELD = {"id": "id", "version": "version", "stage": "stage", "updated_at": "time",
-                  "record": "record"}
-
-
+_KIND_OF_FIELD = {
+    "id": "id",
+    "version": "version",
+    "stage": "stage",
+    "updated_at": "time",
+    "record": "record",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +67,12 @@ def split_secrets(value: str) -> list[str]:
     return [part for part in re.split(r"[\s,]+", value.strip()) if part]
 
 
-def load_verifier(env_name: str, forwarded: RedactedSecret | None, tolerance_s: float,
-                  environ: Mapping[str, str] = os.environ) -> Verifier:
+def load_verifier(
+    env_name: str,
+    forwarded: RedactedSecret | None,
+    tolerance_s: float,
+    environ: Mapping[str, str] = os.environ,
+) -> Verifier:
     """A :class:`Verifier` for the secret(s) in ``env_name``.
 
     The value the app builder saw wins: whoever deploys sets the variable where they run
@@ -87,8 +94,9 @@ def load_verifier(env_name: str, forwarded: RedactedSecret | None, tolerance_s: 
         raise ConfigError(f"{env_name}: {exc}") from None
 
 
-async def read_body(headers: Mapping[str, str], chunks: AsyncIterator[bytes],
-                    max_bytes: int) -> bytes:
+async def read_body(
+    headers: Mapping[str, str], chunks: AsyncIterator[bytes], max_bytes: int
+) -> bytes:
     """The body, refused with 413 above ``max_bytes`` — by the announced Content-Length
     before reading anything, and by the bytes actually read (a sender can lie or chunk)."""
     declared = headers.get("content-length")
@@ -123,8 +131,9 @@ def _kind(loc: Sequence[object]) -> str:
     return "shape"
 
 
-def parse_ping(msg_id: str, body: bytes, stages: Sequence[str], *,
-               now: float | None = None) -> Ping:
+def parse_ping(
+    msg_id: str, body: bytes, stages: Sequence[str], *, now: float | None = None
+) -> Ping:
     """Validate the body as a :class:`WebhookPing` (400 not JSON, 422 wrong shape or data
     that cannot be taken: an id or version that is not one, an unknown stage, a time
     before 1970 or beyond the skew allowance). Nothing is ever shortened to fit."""
@@ -141,10 +150,10 @@ def parse_ping(msg_id: str, body: bytes, stages: Sequence[str], *,
     record = data.record
     if record is not None:
         # A fat ping: the record says it all; the ping's own fields, if given, must agree.
-        if record.id != data.id or (data.version is not None
-                                    and record.version != data.version):
-            raise Refused(422, "data.record: id or version differs from data.id/data.version",
-                          "record")
+        if record.id != data.id or (data.version is not None and record.version != data.version):
+            raise Refused(
+                422, "data.record: id or version differs from data.id/data.version", "record"
+            )
         summary: object = record
     elif data.thin:
         # Only the id (or part of a summary): the ingress looks the driver up.
@@ -167,5 +176,10 @@ def _change(summary: object, stages: Sequence[str], now: float | None) -> Change
         stage = stage_index(stages, summary.stage)  # type: ignore[attr-defined]
     except ValueError as exc:
         raise Refused(422, f"data.stage: {exc}", "stage") from None
-    return Change(summary.id, version, stage,  # type: ignore[attr-defined]
-                  status_of(summary.status), updated_at)  # type: ignore[attr-defined]
+    return Change(
+        summary.id,  # type: ignore[attr-defined]
+        version,
+        stage,
+        status_of(summary.status),  # type: ignore[attr-defined]
+        updated_at,
+    )

@@ -25,8 +25,14 @@ def ray_session() -> Iterator[None]:
     # A loaded machine can take longer than Ray's default to start the node's agents.
     os.environ.setdefault("RAY_agent_register_timeout_ms", "180000")
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=4, namespace=NAMESPACE, include_dashboard=False,
-                 log_to_driver=False, object_store_memory=512 * 1024 * 1024)
+        ray.init(
+            address="local",
+            num_cpus=4,
+            namespace=NAMESPACE,
+            include_dashboard=False,
+            log_to_driver=False,
+            object_store_memory=512 * 1024 * 1024,
+        )
     yield
     ray.shutdown()
 

@@ -34,8 +34,12 @@ ResponseHook = Callable[[str, int | None, float], None]
 
 class CatalogFactory(Protocol):
     def __call__(
-        self, config: CatalogConfig, *, limiter: Limiter | None,
-        on_response: ResponseHook | None, stages: Sequence[str],
+        self,
+        config: CatalogConfig,
+        *,
+        limiter: Limiter | None,
+        on_response: ResponseHook | None,
+        stages: Sequence[str],
     ) -> Catalog: ...
 
 
@@ -58,7 +62,10 @@ def load_factory(spec: str | None) -> CatalogFactory:
 
 
 def build_catalog(
-    config: CatalogConfig, *, limiter: Limiter | None, on_response: ResponseHook | None,
+    config: CatalogConfig,
+    *,
+    limiter: Limiter | None,
+    on_response: ResponseHook | None,
     stages: Sequence[str],
 ) -> Catalog:
     """The configured adapter, built, and checked to have every method of the protocol."""
@@ -67,10 +74,20 @@ def build_catalog(
     )
     missing = [m for m in REQUIRED_METHODS if not callable(getattr(catalog, m, None))]
     if missing:
-        raise ConfigError(f"catalog.adapter {config.adapter!r}: the object it built has no "
-                          f"{', '.join(missing)} (see driver_review.catalog.base.Catalog)")
+        raise ConfigError(
+            f"catalog.adapter {config.adapter!r}: the object it built has no "
+            f"{', '.join(missing)} (see driver_review.catalog.base.Catalog)"
+        )
     return catalog
 
 
-REQUIRED_METHODS = ("iter_drivers", "changes_since", "get_driver", "get_package", "run_check",
-                    "put_decision", "aclose", "stats")
+REQUIRED_METHODS = (
+    "iter_drivers",
+    "changes_since",
+    "get_driver",
+    "get_package",
+    "run_check",
+    "put_decision",
+    "aclose",
+    "stats",
+)

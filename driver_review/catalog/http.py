@@ -113,8 +113,11 @@ class HttpCatalog:
         self.config = config
         # The pipeline's stages: a row at another stage is bad (and resolved by id) here.
         self._stages = list(stages) if stages is not None else None
-        self._caps = {LIST: config.max_page_bytes, CHANGES: config.max_page_bytes,
-                      PACKAGE: config.max_package_bytes}
+        self._caps = {
+            LIST: config.max_page_bytes,
+            CHANGES: config.max_page_bytes,
+            PACKAGE: config.max_package_bytes,
+        }
         self._limiter = limiter
         self._on_response = on_response
         self._sleep = sleep
@@ -232,8 +235,11 @@ class HttpCatalog:
     def stats(self) -> dict[str, Any]:
         """``calls``: per route template, responses by status (or error kind); totals;
         ``rows``: bad rows yielded and bad rows resolved by id, by kind."""
-        return {"calls": {r: dict(c) for r, c in self._calls.items()}, **self._n,
-                "rows": {"bad": dict(self._bad), "resolved": dict(self._resolved)}}
+        return {
+            "calls": {r: dict(c) for r, c in self._calls.items()},
+            **self._n,
+            "rows": {"bad": dict(self._bad), "resolved": dict(self._resolved)},
+        }
 
     # --- machinery ------------------------------------------------------------------------
 
@@ -247,8 +253,7 @@ class HttpCatalog:
             query = {**params, "limit": str(self.config.page_size)}
             if cursor is not None:
                 query["cursor"] = cursor
-            items, next_cursor = await self._call(route, "GET", path, params=query,
-                                                  parse=_envelope)
+            items, next_cursor = await self._call(route, "GET", path, params=query, parse=_envelope)
             for raw in items:
                 now = self._wall_clock()
                 problem = summary_problem(raw, now=now, stages=self._stages)
@@ -276,15 +281,23 @@ class HttpCatalog:
         except (NotFound, BadRequest, MalformedResponse, ResponseTooLarge) as exc:
             record, why = None, f"record by id: {type(exc).__name__}"
         else:
-            problem = None if record is None else model_problem(
-                record, now=self._wall_clock(), stages=self._stages)
+            problem = (
+                None
+                if record is None
+                else model_problem(record, now=self._wall_clock(), stages=self._stages)
+            )
             why = f"record by id: {problem[1]}" if problem else ""
         if record is None or why:
             self._bad[bad.kind] += 1
             return dataclasses.replace(bad, reason=f"{bad.reason}; {why}")
         self._resolved[bad.kind] += 1
-        return DriverSummary(id=record.id, version=record.version, stage=record.stage,
-                             status=record.status, updated_at=record.updated_at)
+        return DriverSummary(
+            id=record.id,
+            version=record.version,
+            stage=record.stage,
+            status=record.status,
+            updated_at=record.updated_at,
+        )
 
     async def _call(
         self,
@@ -337,13 +350,19 @@ class HttpCatalog:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _send(
-        self, route: str, method: str, path: str, params: Mapping[str, str] | None,
-        json: Any, headers: Mapping[str, str] | None,
+        self,
+        route: str,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        json: Any,
+        headers: Mapping[str, str] | None,
     ) -> httpx.Response:
         """The response with its body read, but never more than the route's byte cap."""
         cap = self._caps.get(route, self.config.max_record_bytes)
         request = self._client.build_request(
-            method, path, params=params, json=json, headers=headers)
+            method, path, params=params, json=json, headers=headers
+        )
         resp = await self._client.send(request, stream=True)
         try:
             declared = resp.headers.get("content-length", "")
@@ -360,7 +379,9 @@ class HttpCatalog:
             if over:
                 raise ResponseTooLarge(
                     f"{method} {path}: body over the {cap}-byte cap of {route}",
-                    status=resp.status_code, route=route)
+                    status=resp.status_code,
+                    route=route,
+                )
             # What ``aread`` does itself: the body is held, ``resp.content`` reads it.
             resp._content = b"".join(parts)
         finally:

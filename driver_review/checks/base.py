@@ -102,7 +102,12 @@ def context_factory(
     by_name = limiters or {}
 
     def make(check: NamedCheck) -> CheckContext:
-        return CheckContext(catalog=catalog, options=check.options, run_cpu=run_cpu, http=http,
-                            limiter=by_name.get(check.name))
+        return CheckContext(
+            catalog=catalog,
+            options=check.options,
+            run_cpu=run_cpu,
+            http=http,
+            limiter=by_name.get(check.name),
+        )
 
     return make

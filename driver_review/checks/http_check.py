@@ -57,8 +57,15 @@ class HttpCheck:
     """One ``http``-kind check (see the module doc for pacing and retries)."""
 
     def __init__(
-        self, name: str, url: str, timeout_s: float, *, auth: httpx.Auth | None = None,
-        rate_key: str | None = None, max_attempts: int = 5, max_wait_s: float = 60.0,
+        self,
+        name: str,
+        url: str,
+        timeout_s: float,
+        *,
+        auth: httpx.Auth | None = None,
+        rate_key: str | None = None,
+        max_attempts: int = 5,
+        max_wait_s: float = 60.0,
     ) -> None:
         self.name = name
         self.url = url
@@ -95,7 +102,8 @@ class HttpCheck:
                     raise RateLimited(
                         f"{exc} (attempt {attempt}/{self.max_attempts}, "
                         f"wait budget {self.max_wait_s:g}s)",
-                        status=exc.status, retry_after_s=exc.retry_after_s,
+                        status=exc.status,
+                        retry_after_s=exc.retry_after_s,
                     ) from None
                 # The governor pauses the endpoint too; sleeping here as well covers the
                 # moment before that pause reaches this process's permits.
@@ -110,7 +118,8 @@ class HttpCheck:
         if left_s <= 0 or paused_s > left_s:
             raise RateLimited(
                 f"{self._where}: {self.endpoint_key} is paused for {paused_s:.0f}s, beyond "
-                f"the wait budget {self.max_wait_s:g}s", retry_after_s=paused_s or None,
+                f"the wait budget {self.max_wait_s:g}s",
+                retry_after_s=paused_s or None,
             )
         try:
             async with asyncio.timeout(left_s):

@@ -102,8 +102,13 @@ def build_check(name: str, spec: CheckSpec) -> NamedCheck:
     # The http check bounds its own exchanges by timeout_s and its retries by max_wait_s,
     # and says which in its error. Its credentials are read from the environment now.
     check = HttpCheck(
-        name, spec.url, spec.timeout_s, auth=build_auth(spec.auth, f"checks.{name}.auth"),
-        rate_key=spec.rate_key, max_attempts=spec.max_attempts, max_wait_s=spec.max_wait_s,
+        name,
+        spec.url,
+        spec.timeout_s,
+        auth=build_auth(spec.auth, f"checks.{name}.auth"),
+        rate_key=spec.rate_key,
+        max_attempts=spec.max_attempts,
+        max_wait_s=spec.max_wait_s,
     )
     return NamedCheck(name, check, options, None)
 

@@ -48,13 +48,18 @@ def _placement() -> dict[str, Any]:
 
 
 def orchestrator(
-    config: PipelineConfig, instance: str, *, outer_loop: bool = True,
-    data_dir: str | None = None, results_dir: str | None = None,
+    config: PipelineConfig,
+    instance: str,
+    *,
+    outer_loop: bool = True,
+    data_dir: str | None = None,
+    results_dir: str | None = None,
 ) -> Any:
     return Orchestrator.options(
         name=actor_name(instance, "orchestrator"), **_SERVICE, **_placement()
-    ).remote(config, instance=instance, outer_loop=outer_loop, data_dir=data_dir,
-             results_dir=results_dir)
+    ).remote(
+        config, instance=instance, outer_loop=outer_loop, data_dir=data_dir, results_dir=results_dir
+    )
 
 
 def governor(config: PipelineConfig, instance: str, data_dir: str | None = None) -> Any:

@@ -79,13 +79,29 @@ class OrchestratorStats(TypedDict, total=False):
 
 #: One endpoint key's governor, as ``GovernorService.stats`` answers per key. Functional
 #: form: the status counters ``429s`` and ``503s`` are no identifiers.
-EndpointStats = TypedDict("EndpointStats", {
-    "key": str, "state": str, "rate": float, "limit_estimate": float | None,
-    "safe_rate": float | None, "header_rate": float | None, "paused_for_s": float,
-    "pause_reason": str | None, "quota": str | None, "quota_window_s": float | None,
-    "epoch": int, "warm_start": dict[str, Any] | None, "busy_s": float, "ok": int,
-    "429s": int, "503s": int, "decreases": int,
-}, total=False)
+EndpointStats = TypedDict(
+    "EndpointStats",
+    {
+        "key": str,
+        "state": str,
+        "rate": float,
+        "limit_estimate": float | None,
+        "safe_rate": float | None,
+        "header_rate": float | None,
+        "paused_for_s": float,
+        "pause_reason": str | None,
+        "quota": str | None,
+        "quota_window_s": float | None,
+        "epoch": int,
+        "warm_start": dict[str, Any] | None,
+        "busy_s": float,
+        "ok": int,
+        "429s": int,
+        "503s": int,
+        "decreases": int,
+    },
+    total=False,
+)
 
 
 class CacheStats(TypedDict, total=False):

@@ -41,9 +41,7 @@ class CacheService:
             self._catalog, self._limiter = make_catalog(self.config, self.instance)
         return self._catalog
 
-    async def get_many(
-        self, items: Sequence[tuple[str, str | None, bool]]
-    ) -> list[CacheItem]:
+    async def get_many(self, items: Sequence[tuple[str, str | None, bool]]) -> list[CacheItem]:
         """``(driver_id, version, revalidate)`` each; ``revalidate`` asks the catalog even
         on a hit (a conditional GET: a 304 costs no body) — the freshness re-sweeps use it
         to confirm that what we hold is still what the catalog says."""
@@ -99,9 +97,7 @@ class CacheService:
 
     async def _fetch_now(self, driver_id: str) -> Entry:
         held = self.core.peek(driver_id)
-        record, etag = await self._client().get_driver(
-            driver_id, etag=held.etag if held else None
-        )
+        record, etag = await self._client().get_driver(driver_id, etag=held.etag if held else None)
         if record is None and held is not None:
             self.not_modified += 1
             return held
@@ -127,7 +123,10 @@ class CacheService:
     async def stats(self) -> dict[str, Any]:
         calls = self._catalog.stats().get("calls", {}) if self._catalog is not None else {}
         return {
-            **self.core.stats(), "fetches": self.fetches, "not_modified": self.not_modified,
-            "calls": calls, "in_flight": len(self._inflight),
+            **self.core.stats(),
+            "fetches": self.fetches,
+            "not_modified": self.not_modified,
+            "calls": calls,
+            "in_flight": len(self._inflight),
             "waiting_for_permit": self._limiter.waiting if self._limiter is not None else 0,
         }

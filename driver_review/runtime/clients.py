@@ -17,9 +17,14 @@ def make_catalog(config: PipelineConfig, instance: str) -> tuple[Catalog, Remote
     """The configured catalog adapter, paced by the governor under the catalog's key."""
     governor = GovernorClient(instance)
     limiter = RemoteLimiter(
-        governor, endpoint_key(config.catalog.url, config.catalog.rate_key),
+        governor,
+        endpoint_key(config.catalog.url, config.catalog.rate_key),
         batch=config.governor.lease_size,
     )
-    catalog = build_catalog(config.catalog, limiter=limiter,
-                            on_response=call_recorder(instance), stages=config.stage_names)
+    catalog = build_catalog(
+        config.catalog,
+        limiter=limiter,
+        on_response=call_recorder(instance),
+        stages=config.stage_names,
+    )
     return catalog, limiter

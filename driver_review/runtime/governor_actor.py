@@ -56,8 +56,11 @@ class GovernorService:
             gov = self._governors[key] = RateGovernor(self.config, key=key)
             earlier = self._earlier.get(key)
             if earlier is not None and gov.warm_start(earlier, time.monotonic()):
-                log.info("governor %s: warm start from a limit learnt %.0f s ago", key,
-                         gov.stats()["warm_start"]["age_s"])
+                log.info(
+                    "governor %s: warm start from a limit learnt %.0f s ago",
+                    key,
+                    gov.stats()["warm_start"]["age_s"],
+                )
         return gov
 
     async def lease(self, key: str, n: int, successes: int | Sequence[float] = 0) -> Grant:
@@ -85,10 +88,16 @@ class GovernorService:
         try:
             if self._store is None:
                 return 0
-            learnt = {key: entry for key, gov in self._governors.items()
-                      if (entry := gov.learnt()) is not None}
-            changed = {k: v for k, v in learnt.items()
-                       if _without_time(v) != _without_time(self._saved.get(k))}
+            learnt = {
+                key: entry
+                for key, gov in self._governors.items()
+                if (entry := gov.learnt()) is not None
+            }
+            changed = {
+                k: v
+                for k, v in learnt.items()
+                if _without_time(v) != _without_time(self._saved.get(k))
+            }
             if changed:
                 await asyncio.to_thread(self._store.save, changed)
                 self._saved.update(changed)
@@ -137,8 +146,11 @@ def _without_time(entry: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """An entry without its timestamp, rounded: a limit re-learnt unchanged needs no write."""
     if entry is None:
         return None
-    return {k: (round(v, 1) if isinstance(v, float) else v)
-            for k, v in entry.items() if k != "learnt_at"}
+    return {
+        k: (round(v, 1) if isinstance(v, float) else v)
+        for k, v in entry.items()
+        if k != "learnt_at"
+    }
 
 
 class RemoteLimiter:
@@ -147,8 +159,9 @@ class RemoteLimiter:
     def __init__(self, governor: GovernorClient, key: str, *, batch: int) -> None:
         self.governor = governor
         self.key = key
-        self._bucket = PermitBucket(self._lease, batch=batch, give_back=self._give_back,
-                                    clock_name=node_clock())
+        self._bucket = PermitBucket(
+            self._lease, batch=batch, give_back=self._give_back, clock_name=node_clock()
+        )
         self._successes: list[float] = []  # when answers other than 429 came, unreported
         self.waiting = 0
         #: The endpoint's rate as of the last lease (None before one): workers size their
@@ -191,7 +204,8 @@ class RemoteLimiter:
         if status in (429, 503):
             pause_s = parse_retry_after(httpx.Headers(headers).get("retry-after"), time.time())
         has_policy = (
-            status == 429 or pause_s is not None
+            status == 429
+            or pause_s is not None
             or any(k.lower().startswith("ratelimit") for k in headers)
         )
         if not has_policy:
@@ -215,5 +229,9 @@ class RemoteLimiter:
             await asyncio.gather(*self._pending, return_exceptions=True)
 
     def stats(self) -> dict[str, Any]:
-        return {"waiting": self.waiting, "rate": self.rate, "paused_for_s": self.paused_for_s(),
-                **self._bucket.stats()}
+        return {
+            "waiting": self.waiting,
+            "rate": self.rate,
+            "paused_for_s": self.paused_for_s(),
+            **self._bucket.stats(),
+        }

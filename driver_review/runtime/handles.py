@@ -38,18 +38,23 @@ from driver_review.runtime.answers import (
 from driver_review.runtime.names import LOOKUP_TIMEOUT_S, ActorRef, actor_name
 
 __all__ = [
-    "AdminClient", "CacheClient", "GovernorClient", "OrchestratorClient", "PollerClient",
-    "StagePoolClient", "StageWorkerClient",
+    "AdminClient",
+    "CacheClient",
+    "GovernorClient",
+    "OrchestratorClient",
+    "PollerClient",
+    "StagePoolClient",
+    "StageWorkerClient",
 ]
 
 
 class OrchestratorClient(ActorRef):
     """``<instance>/orchestrator``: intake, demand and leases, the ledger, the watermark."""
 
-    def __init__(self, instance: str, *, timeout_s: float = LOOKUP_TIMEOUT_S,
-                 handle: Any = None) -> None:
-        super().__init__(actor_name(instance, "orchestrator"), timeout_s=timeout_s,
-                         handle=handle)
+    def __init__(
+        self, instance: str, *, timeout_s: float = LOOKUP_TIMEOUT_S, handle: Any = None
+    ) -> None:
+        super().__init__(actor_name(instance, "orchestrator"), timeout_s=timeout_s, handle=handle)
 
     async def ping(self) -> bool:
         return bool(await self.call("ping"))
@@ -65,8 +70,9 @@ class OrchestratorClient(ActorRef):
     async def quarantine(self, rows: Sequence[BadRow]) -> int:
         return int(await self.call("quarantine", rows))
 
-    async def demand(self, stage: str, n: int, worker: str = "",
-                     wait_s: float = 1.0) -> list[Lease]:
+    async def demand(
+        self, stage: str, n: int, worker: str = "", wait_s: float = 1.0
+    ) -> list[Lease]:
         leases: list[Lease] = await self.call("demand", stage, n, worker, wait_s)
         return leases
 
@@ -123,8 +129,9 @@ class OrchestratorClient(ActorRef):
 class GovernorClient(ActorRef):
     """``<instance>/governor``: permits per endpoint key, and what was learnt of each."""
 
-    def __init__(self, instance: str, *, timeout_s: float = LOOKUP_TIMEOUT_S,
-                 handle: Any = None) -> None:
+    def __init__(
+        self, instance: str, *, timeout_s: float = LOOKUP_TIMEOUT_S, handle: Any = None
+    ) -> None:
         super().__init__(actor_name(instance, "governor"), timeout_s=timeout_s, handle=handle)
 
     async def lease(self, key: str, n: int, successes: Sequence[float] = ()) -> Grant:
@@ -134,8 +141,9 @@ class GovernorClient(ActorRef):
     async def give_back(self, key: str, grant: Grant, unused: int) -> None:
         await self.call("give_back", key, grant, unused)
 
-    async def observe(self, key: str, status: int, headers: Mapping[str, str],
-                      successes: Sequence[float] = ()) -> int:
+    async def observe(
+        self, key: str, status: int, headers: Mapping[str, str], successes: Sequence[float] = ()
+    ) -> int:
         return int(await self.call("observe", key, status, dict(headers), successes))
 
     async def flush(self) -> int:
@@ -154,8 +162,9 @@ class GovernorClient(ActorRef):
 class CacheClient(ActorRef):
     """``<instance>/cache``: driver records as ObjectRefs, fetched once however many ask."""
 
-    def __init__(self, instance: str, *, timeout_s: float = LOOKUP_TIMEOUT_S,
-                 handle: Any = None) -> None:
+    def __init__(
+        self, instance: str, *, timeout_s: float = LOOKUP_TIMEOUT_S, handle: Any = None
+    ) -> None:
         super().__init__(actor_name(instance, "cache"), timeout_s=timeout_s, handle=handle)
 
     async def get_many(self, items: Sequence[tuple[str, str | None, bool]]) -> list[CacheItem]:
@@ -187,10 +196,10 @@ class CacheClient(ActorRef):
 class StagePoolClient(ActorRef):
     """``<instance>/pool/<stage>``: the stage's autoscaled workers."""
 
-    def __init__(self, instance: str, stage: str, *, timeout_s: float = LOOKUP_TIMEOUT_S,
-                 handle: Any = None) -> None:
-        super().__init__(actor_name(instance, "pool", stage), timeout_s=timeout_s,
-                         handle=handle)
+    def __init__(
+        self, instance: str, stage: str, *, timeout_s: float = LOOKUP_TIMEOUT_S, handle: Any = None
+    ) -> None:
+        super().__init__(actor_name(instance, "pool", stage), timeout_s=timeout_s, handle=handle)
 
     async def start(self) -> int:
         """How many workers it has once started."""
@@ -216,10 +225,10 @@ class StageWorkerClient(ActorRef):
     not waited for, and its leases expire and are re-queued.
     """
 
-    def __init__(self, instance: str, stage: str, n: int, *, timeout_s: float = 0.0,
-                 handle: Any = None) -> None:
-        super().__init__(self.name_for(instance, stage, n), timeout_s=timeout_s,
-                         handle=handle)
+    def __init__(
+        self, instance: str, stage: str, n: int, *, timeout_s: float = 0.0, handle: Any = None
+    ) -> None:
+        super().__init__(self.name_for(instance, stage, n), timeout_s=timeout_s, handle=handle)
 
     @staticmethod
     def name_for(instance: str, stage: str, n: int) -> str:
@@ -245,8 +254,9 @@ class StageWorkerClient(ActorRef):
 class PollerClient(ActorRef):
     """``<instance>/poller``: the delta poller of an always-on service."""
 
-    def __init__(self, instance: str, *, timeout_s: float = LOOKUP_TIMEOUT_S,
-                 handle: Any = None) -> None:
+    def __init__(
+        self, instance: str, *, timeout_s: float = LOOKUP_TIMEOUT_S, handle: Any = None
+    ) -> None:
         super().__init__(actor_name(instance, "poller"), timeout_s=timeout_s, handle=handle)
 
     async def start(self) -> bool:
@@ -271,8 +281,9 @@ class PollerClient(ActorRef):
 class AdminClient(ActorRef):
     """``<instance>/admin``: the server of the admin endpoint (``serve_app.admin_server``)."""
 
-    def __init__(self, instance: str, *, timeout_s: float = LOOKUP_TIMEOUT_S,
-                 handle: Any = None) -> None:
+    def __init__(
+        self, instance: str, *, timeout_s: float = LOOKUP_TIMEOUT_S, handle: Any = None
+    ) -> None:
         super().__init__(actor_name(instance, "admin"), timeout_s=timeout_s, handle=handle)
 
     def address_sync(self) -> tuple[str, int]:

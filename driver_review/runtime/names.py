@@ -76,8 +76,9 @@ class ActorRef:
     still news, leases re-queued on expiry), so a retried call never does harm.
     """
 
-    def __init__(self, name: str, *, timeout_s: float = LOOKUP_TIMEOUT_S,
-                 handle: Any = None) -> None:
+    def __init__(
+        self, name: str, *, timeout_s: float = LOOKUP_TIMEOUT_S, handle: Any = None
+    ) -> None:
         self.name = name
         self.timeout_s = timeout_s
         # Given by whoever just created the actor, so the first call needs no lookup.

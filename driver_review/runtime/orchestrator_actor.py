@@ -35,15 +35,26 @@ TICK_S = 1.0
 
 class OrchestratorService:
     def __init__(
-        self, config: PipelineConfig, *, instance: str, outer_loop: bool = True,
-        data_dir: str | None = None, results_dir: str | None = None,
+        self,
+        config: PipelineConfig,
+        *,
+        instance: str,
+        outer_loop: bool = True,
+        data_dir: str | None = None,
+        results_dir: str | None = None,
     ) -> None:
         self.instance = instance
         # Quarantined rows go to <results_dir>/quarantine/ (what `report` reads).
-        self._quarantine_out = quarantine_writer(
-            results_dir, name=f"{instance}-orchestrator",
-            rollover_rows=config.results.rollover_rows, rollover_s=config.results.rollover_s,
-        ) if results_dir else None
+        self._quarantine_out = (
+            quarantine_writer(
+                results_dir,
+                name=f"{instance}-orchestrator",
+                rollover_rows=config.results.rollover_rows,
+                rollover_s=config.results.rollover_s,
+            )
+            if results_dir
+            else None
+        )
         # With a data dir, the ledger and watermark survive this process: a (re)start
         # resumes from the newest complete snapshot and re-queues what was pending.
         self.snapshots = SnapshotStore(data_dir, instance) if data_dir else None
@@ -59,16 +70,23 @@ class OrchestratorService:
         if loaded is not None:
             try:
                 ledger = Ledger.from_arrow(
-                    loaded.table, config.stage_names, migrate=config.window.migrate_stages,
-                    where=f"the snapshot of instance {instance!r}")
+                    loaded.table,
+                    config.stage_names,
+                    migrate=config.window.migrate_stages,
+                    where=f"the snapshot of instance {instance!r}",
+                )
             except StagesRemoved as exc:
                 self.refused, self.snapshots, loaded = str(exc), None, None
                 log.error("orchestrator refuses work: %s", exc)
         self.core = OrchestratorCore(config, put=ray.put, ledger=ledger)
         if loaded is not None:
             self.core.advance_watermark(loaded.watermark)
-            log.info("resumed from snapshot %s: %d drivers, watermark %s",
-                     loaded.path, loaded.table.num_rows, loaded.watermark)
+            log.info(
+                "resumed from snapshot %s: %d drivers, watermark %s",
+                loaded.path,
+                loaded.table.num_rows,
+                loaded.watermark,
+            )
         self.restored_from = loaded.path if loaded else None
         self.started_at = time.time()
         # Names this process: a watermark advance must come from a poll whose intake this
@@ -103,7 +121,8 @@ class OrchestratorService:
         rows = self.core.quarantine.take_unexported()
         for row in rows:
             metrics.quarantined().inc(
-                1, {"instance": self.instance, "source": row.source, "kind": row.kind})
+                1, {"instance": self.instance, "source": row.source, "kind": row.kind}
+            )
         out = self._quarantine_out
         if out is not None:
             out.add(rows)
@@ -131,8 +150,9 @@ class OrchestratorService:
         tags = {"instance": self.instance}
         for stage, backlog in self.core.backlogs.items():
             for lane in Lane:
-                metrics.backlog().set(backlog.depth(lane),
-                                      {**tags, "stage": stage, "lane": lane.name.lower()})
+                metrics.backlog().set(
+                    backlog.depth(lane), {**tags, "stage": stage, "lane": lane.name.lower()}
+                )
         metrics.leased().set(stats["leased_items"], tags)
         metrics.oldest_review_age().set(stats["oldest_review_age_s"], tags)
 
@@ -225,9 +245,12 @@ class OrchestratorService:
         incarnation that holds the sweep's whole feed may be believed."""
         counts = self.core.ledger.counts()
         return {
-            "incarnation": self.incarnation, "quiescent": self.core.quiescent(),
-            "drivers": counts["drivers"], "in_review": counts["in_review"],
-            "queued": self.core.queued(), "leased": counts["leased"],
+            "incarnation": self.incarnation,
+            "quiescent": self.core.quiescent(),
+            "drivers": counts["drivers"],
+            "in_review": counts["in_review"],
+            "queued": self.core.queued(),
+            "leased": counts["leased"],
             "invalid": self.core.counters.invalid,
             "parked": self.core.parked(),
             "verdicts": dict(self.core.counters.verdicts),
@@ -243,10 +266,15 @@ class OrchestratorService:
 
     def _full_stats(self) -> dict[str, Any]:
         return {
-            **self.core.stats(), "memory": process_memory(), "restored_from": self.restored_from,
-            "started_at": self.started_at, "snapshots_written": self.snapshots_written,
-            "incarnation": self.incarnation, "stale_advances": self.stale_advances,
-            "node_id": ray.get_runtime_context().get_node_id(), "refused": self.refused,
+            **self.core.stats(),
+            "memory": process_memory(),
+            "restored_from": self.restored_from,
+            "started_at": self.started_at,
+            "snapshots_written": self.snapshots_written,
+            "incarnation": self.incarnation,
+            "stale_advances": self.stale_advances,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "refused": self.refused,
         }
 
     async def backlog_depths(self) -> dict[str, int]:

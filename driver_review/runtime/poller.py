@@ -34,8 +34,9 @@ MAX_FULL_WAIT_S = 5.0
 
 
 class PollerService:
-    def __init__(self, config: PipelineConfig, *, instance: str,
-                 interval_s: float | None = None) -> None:
+    def __init__(
+        self, config: PipelineConfig, *, instance: str, interval_s: float | None = None
+    ) -> None:
         self.config = config
         self.instance = instance
         self.interval_s = interval_s if interval_s is not None else config.window.bucket_s
@@ -98,8 +99,13 @@ class PollerService:
             advanced = await self.orchestrator.advance_watermark(newest, incarnation)
         self.polls += 1
         self.changes_read += read
-        self.last_poll = {"kind": kind, "read": read, "watermark": advanced,
-                          "took_s": round(time.monotonic() - started, 3), "at": time.time()}
+        self.last_poll = {
+            "kind": kind,
+            "read": read,
+            "watermark": advanced,
+            "took_s": round(time.monotonic() - started, 3),
+            "at": time.time(),
+        }
         return self.last_poll
 
     async def _feed(self, summaries: Any, lane: Lane) -> tuple[int, float]:

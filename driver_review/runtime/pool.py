@@ -33,7 +33,12 @@ NAME_ATTEMPTS = 1000
 
 class StagePoolService:
     def __init__(
-        self, config: PipelineConfig, *, stage: str, instance: str, data_dir: str,
+        self,
+        config: PipelineConfig,
+        *,
+        stage: str,
+        instance: str,
+        data_dir: str,
         autoscale: bool = True,
     ) -> None:
         self.config = config
@@ -43,7 +48,8 @@ class StagePoolService:
         self.autoscale = autoscale
         pool = config.stage(stage).pool
         self.policy = AutoscalePolicy(
-            min_workers=pool.min_workers, max_workers=pool.max_workers,
+            min_workers=pool.min_workers,
+            max_workers=pool.max_workers,
             idle_shrink_s=pool.idle_shrink_s,
         )
         self.orchestrator = OrchestratorClient(instance)
@@ -71,8 +77,7 @@ class StagePoolService:
                 finally:
                     # Whatever happened, tick: the autoscaler tops a pool up to min_workers,
                     # so a restarted pool whose first start failed still gets its workers.
-                    self._ticker = asyncio.get_running_loop().create_task(
-                        self._tick_forever())
+                    self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         return len(self.workers)
 
     async def _tick_forever(self) -> None:
@@ -97,8 +102,7 @@ class StagePoolService:
             capacity=sum(s["max_in_flight"] for s in stats.values()),
             waiting_for_permit=min(
                 in_flight,
-                sum(s["waiting_for_permit"] for s in stats.values())
-                + cache["waiting_for_permit"],
+                sum(s["waiting_for_permit"] for s in stats.values()) + cache["waiting_for_permit"],
             ),
             now=time.monotonic(),
             held=any(s.get("held_by") for s in stats.values()),
@@ -130,7 +134,8 @@ class StagePoolService:
             *(self.workers[n].stats() for n in names), return_exceptions=True
         )
         return {
-            n: s for n, s in zip(names, stats, strict=True)
+            n: s
+            for n, s in zip(names, stats, strict=True)
             if not isinstance(s, BaseException) and n in self.workers
         }
 
@@ -141,11 +146,18 @@ class StagePoolService:
             self._serial += 1
             name = StageWorkerClient.name_for(self.instance, self.stage, self._serial)
             try:
-                worker = StageWorkerClient(self.instance, self.stage, self._serial,
-                                           handle=new_worker(
-                                               self.config, stage=self.stage,
-                                               instance=self.instance, name=name,
-                                               data_dir=self.data_dir))
+                worker = StageWorkerClient(
+                    self.instance,
+                    self.stage,
+                    self._serial,
+                    handle=new_worker(
+                        self.config,
+                        stage=self.stage,
+                        instance=self.instance,
+                        name=name,
+                        data_dir=self.data_dir,
+                    ),
+                )
                 break
             except ActorAlreadyExistsError:
                 # A restarted pool counts from 1 again, and the workers of the process that
@@ -169,8 +181,15 @@ class StagePoolService:
             ray.kill(worker.handle, no_restart=True)
 
     def _event(self, kind: str, name: str, reason: str) -> None:
-        self.events.append({"at": time.time(), "event": kind, "worker": name, "reason": reason,
-                            "workers": len(self.workers)})
+        self.events.append(
+            {
+                "at": time.time(),
+                "event": kind,
+                "worker": name,
+                "reason": reason,
+                "workers": len(self.workers),
+            }
+        )
         del self.events[:-100]
 
     async def stop(self, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> dict[str, Any]:

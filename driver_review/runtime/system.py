@@ -44,7 +44,9 @@ class System:
     def attach(cls, config: PipelineConfig, instance: str, data_dir: str = "") -> System:
         """Clients by name of an instance started elsewhere (status, Serve app, jobs)."""
         return cls(
-            instance, config, data_dir,
+            instance,
+            config,
+            data_dir,
             orchestrator=OrchestratorClient(instance),
             governor=GovernorClient(instance),
             cache=CacheClient(instance),
@@ -57,8 +59,14 @@ class System:
 
 
 def start_system(
-    config: PipelineConfig, *, instance: str, data_dir: str, outer_loop: bool = True,
-    autoscale: bool = True, poll: bool = False, poll_interval_s: float | None = None,
+    config: PipelineConfig,
+    *,
+    instance: str,
+    data_dir: str,
+    outer_loop: bool = True,
+    autoscale: bool = True,
+    poll: bool = False,
+    poll_interval_s: float | None = None,
 ) -> System:
     """Create (or join, by name) every actor of ``instance`` and start the pools; with
     ``poll``, also the delta poller (the always-on service)."""
@@ -68,22 +76,34 @@ def start_system(
     # The governor starts from what earlier runs learnt of each endpoint (data dir).
     actors.governor(config, instance, data_dir or None)
     # Only the always-on service keeps snapshots; a sweep starts from nothing anyway.
-    orchestrator = actors.orchestrator(config, instance, outer_loop=outer_loop,
-                                       data_dir=data_dir if poll else None,
-                                       results_dir=data_dir)
+    orchestrator = actors.orchestrator(
+        config,
+        instance,
+        outer_loop=outer_loop,
+        data_dir=data_dir if poll else None,
+        results_dir=data_dir,
+    )
     actors.cache(config, instance)
     # On the handles just created, without retries: an actor that cannot start fails the
     # start at once, with Ray's error, rather than after a minute of lookups.
     OrchestratorClient(instance, handle=orchestrator, timeout_s=0).ping_sync()
     # Every pool begins starting its workers as it is created, so starting them one after
     # another here waits about as long as the slowest one.
-    pools = [StagePoolClient(instance, s, timeout_s=0, handle=actors.stage_pool(
-        config, instance, s, data_dir, autoscale=autoscale)) for s in config.stage_names]
+    pools = [
+        StagePoolClient(
+            instance,
+            s,
+            timeout_s=0,
+            handle=actors.stage_pool(config, instance, s, data_dir, autoscale=autoscale),
+        )
+        for s in config.stage_names
+    ]
     for pool in pools:
         pool.start_sync()
     if poll:
-        PollerClient(instance, timeout_s=0, handle=actors.poller(
-            config, instance, poll_interval_s)).start_sync()
+        PollerClient(
+            instance, timeout_s=0, handle=actors.poller(config, instance, poll_interval_s)
+        ).start_sync()
     return System.attach(config, instance, data_dir)
 
 
@@ -97,9 +117,12 @@ def check_snapshot_stages(config: PipelineConfig, instance: str, data_dir: str) 
     loaded = store.load(columns=["stage"])
     if loaded is None:
         return
-    stage_names.check(loaded.table.column("stage"), config.stage_names,
-                      config.window.migrate_stages,
-                      where=f"the snapshot of instance {instance!r}")
+    stage_names.check(
+        loaded.table.column("stage"),
+        config.stage_names,
+        config.window.migrate_stages,
+        where=f"the snapshot of instance {instance!r}",
+    )
 
 
 async def stop_system(system: System, *, drain_timeout_s: float = 60.0) -> dict[str, Any]:
@@ -121,8 +144,11 @@ async def stop_system(system: System, *, drain_timeout_s: float = 60.0) -> dict[
         final["learnt_saved"] = await system.governor.flush()
     except Exception as exc:
         log.warning("saving learnt limits: %s", exc)
-    stats = {"cache": system.cache.stats, "governor": system.governor.stats,
-             "orchestrator": system.orchestrator.stats}
+    stats = {
+        "cache": system.cache.stats,
+        "governor": system.governor.stats,
+        "orchestrator": system.orchestrator.stats,
+    }
     for name, read in stats.items():
         try:
             final[name] = await read()

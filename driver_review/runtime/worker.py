@@ -63,7 +63,9 @@ class StageWorker:
         self.cache = CacheClient(instance)
         self.instance = instance
         self.writer = ResultWriter(
-            data_dir, name=name, rollover_rows=config.results.rollover_rows,
+            data_dir,
+            name=name,
+            rollover_rows=config.results.rollover_rows,
             rollover_s=config.results.rollover_s,
         )
         self.in_flight = 0
@@ -88,10 +90,14 @@ class StageWorker:
         if self._loop_task is None:
             self._catalog, self._limiter = make_catalog(self.config, self.instance)
             self._reviewer = Reviewer(
-                stage_names=self.config.stage_names, checks=self.checks,
-                contexts=context_factory(self._catalog, http=self._check_client(),
-                                         limiters=self._limiters_by_check()),
-                catalog=self._catalog, refresh=self._refresh, worker=self.name,
+                stage_names=self.config.stage_names,
+                checks=self.checks,
+                contexts=context_factory(
+                    self._catalog, http=self._check_client(), limiters=self._limiters_by_check()
+                ),
+                catalog=self._catalog,
+                refresh=self._refresh,
+                worker=self.name,
             )
             self._loop_task = asyncio.get_running_loop().create_task(self._demand_loop())
         return self.name
@@ -183,8 +189,7 @@ class StageWorker:
                     await asyncio.wait_for(self._room.wait(), timeout_s)
                 continue
             try:
-                leases = await self.orchestrator.demand(self.stage, free, self.name,
-                                                        DEMAND_WAIT_S)
+                leases = await self.orchestrator.demand(self.stage, free, self.name, DEMAND_WAIT_S)
             except Exception as exc:  # the orchestrator is restarting: ask again shortly
                 log.warning("%s: demand failed: %s", self.name, exc)
                 await asyncio.sleep(1.0)
@@ -223,14 +228,16 @@ class StageWorker:
             batch = await lease.batch[0]
             items = batch.to_pylist()
             got = await self.cache.get_many(
-                [(it["driver_id"], it["version"], it["revalidate"]) for it in items])
+                [(it["driver_id"], it["version"], it["revalidate"]) for it in items]
+            )
             fetched = await asyncio.gather(*(_fetched(ref, error) for ref, error in got))
             reviewed = await review_batch(self._reviewer, items, fetched)
             for r in reviewed:
                 self.counts[r.outcome] += 1
                 if r.decided:
-                    metrics.decisions().inc(1, {"instance": self.instance,
-                                                "stage": self.stage, "verdict": r.decided})
+                    metrics.decisions().inc(
+                        1, {"instance": self.instance, "stage": self.stage, "verdict": r.decided}
+                    )
             self.writer.add([r.row for r in reviewed if r.row is not None])
             await self.orchestrator.report(lease.lease_id, [r.result for r in reviewed])
         except Exception:

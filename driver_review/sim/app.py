@@ -65,7 +65,10 @@ def _one_line(exc: RequestValidationError) -> str:
 
 
 def create_app(
-    settings: SimSettings, state: CatalogState, *, gate: AuthGate | None = None,
+    settings: SimSettings,
+    state: CatalogState,
+    *,
+    gate: AuthGate | None = None,
     issuer: TokenIssuer | None = None,
 ) -> Edge:
     """The ASGI app: the FastAPI routes wrapped in the auth/rate-limit/latency/fault edge;
@@ -239,11 +242,17 @@ def create_app(
     return Edge(api, settings, state.stats, gate=gate)
 
 
-def create_checks_app(settings: SimSettings, state: CatalogState, *,
-                      gate: AuthGate | None = None) -> Edge:
+def create_checks_app(
+    settings: SimSettings, state: CatalogState, *, gate: AuthGate | None = None
+) -> Edge:
     """The checks port: only ``POST /v1/checks/{check}``, behind limits of its own."""
-    api = FastAPI(title="Driver checks (simulated)", version="1", openapi_url=None,
-                  docs_url=None, redoc_url=None)
+    api = FastAPI(
+        title="Driver checks (simulated)",
+        version="1",
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
 
     @api.exception_handler(SimError)
     async def _sim_error(_: Request, exc: SimError) -> JSONResponse:
@@ -258,8 +267,15 @@ def create_checks_app(settings: SimSettings, state: CatalogState, *,
         return state.run_check(check, request.driver_id, request.version)
 
     rate = settings.checks_rate_limit
-    quota = (QuotaWindow(settings.checks_quota, settings.checks_quota_window_s)
-             if settings.checks_quota else None)
-    limits = Limits(TokenBucket(rate, settings.checks_burst) if rate else None, quota=quota,
-                    headers=settings.ratelimit_headers, label="checks ")
+    quota = (
+        QuotaWindow(settings.checks_quota, settings.checks_quota_window_s)
+        if settings.checks_quota
+        else None
+    )
+    limits = Limits(
+        TokenBucket(rate, settings.checks_burst) if rate else None,
+        quota=quota,
+        headers=settings.ratelimit_headers,
+        label="checks ",
+    )
     return Edge(api, settings, state.stats, gate=gate, limits=limits)

@@ -37,8 +37,14 @@ MAX_FORM_BYTES = 4096
 class TokenIssuer:
     """Client-credentials tokens: issued, checked, forgotten once expired."""
 
-    def __init__(self, client_id: str, client_secret: str, ttl_s: float, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        client_id: str,
+        client_secret: str,
+        ttl_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._client_id = client_id.encode()
         self._client_secret = client_secret.encode()
         self.ttl_s = ttl_s
@@ -83,8 +89,9 @@ class TokenIssuer:
 class AuthGate:
     """Whether a ``/v1`` request may pass, for one port's mode."""
 
-    def __init__(self, mode: Mode, *, token: str | None = None,
-                 issuer: TokenIssuer | None = None) -> None:
+    def __init__(
+        self, mode: Mode, *, token: str | None = None, issuer: TokenIssuer | None = None
+    ) -> None:
         if mode == "bearer" and not token:
             raise ValueError("bearer auth needs a token")
         if mode == "oauth2" and issuer is None:
@@ -110,12 +117,22 @@ async def refuse(send: Send, detail: str = "missing or invalid bearer token") ->
     await _json(send, 401, {"detail": detail}, [(b"www-authenticate", b"Bearer")])
 
 
-async def _json(send: Send, status: int, body: dict,
-                headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _json(
+    send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     data = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-        (b"cache-control", b"no-store"), *(headers or [])]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                (b"cache-control", b"no-store"),
+                *(headers or []),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": data})
 
 
@@ -123,15 +140,19 @@ def token_form(body: bytes) -> dict[str, str]:
     return dict(parse_qsl(body[:MAX_FORM_BYTES].decode("utf-8", "replace")))
 
 
-def build_gates(settings: SimSettings) -> tuple[AuthGate | None, AuthGate | None,
-                                                TokenIssuer | None]:
+def build_gates(
+    settings: SimSettings,
+) -> tuple[AuthGate | None, AuthGate | None, TokenIssuer | None]:
     """``(catalog port's gate, checks port's gate, issuer)`` from the settings."""
     modes = {settings.auth, settings.checks_auth or settings.auth}
     issuer = None
     if "oauth2" in modes:
         assert settings.client_id is not None and settings.client_secret is not None
-        issuer = TokenIssuer(settings.client_id.get_secret_value(),
-                             settings.client_secret.get_secret_value(), settings.token_ttl_s)
+        issuer = TokenIssuer(
+            settings.client_id.get_secret_value(),
+            settings.client_secret.get_secret_value(),
+            settings.token_ttl_s,
+        )
     token = settings.auth_token.get_secret_value() if settings.auth_token else None
 
     def gate(mode: Mode) -> AuthGate | None:

@@ -19,8 +19,17 @@ from typing import Any
 from driver_review.catalog.models import DriverSummary, Page
 
 #: How a row is spoiled, one kind drawn per bad row.
-KINDS = ("unknown_stage", "long_version", "malformed_version", "dot_id", "dot_version",
-         "future_time", "pre_1970", "wrong_type", "missing_field")
+KINDS = (
+    "unknown_stage",
+    "long_version",
+    "malformed_version",
+    "dot_id",
+    "dot_version",
+    "future_time",
+    "pre_1970",
+    "wrong_type",
+    "missing_field",
+)
 #: Kinds whose row cannot be resolved by id (the id itself is what is wrong).
 UNRESOLVABLE = frozenset({"dot_id"})
 _SCALE = 1_000_000
@@ -62,8 +71,9 @@ class BadRows:
     def kind_of(self, summary: DriverSummary) -> str | None:
         if self.share <= 0:
             return None
-        key = "/".join(map(str, (self.seed, summary.id, summary.version, summary.stage,
-                                  summary.status))).encode()
+        key = "/".join(
+            map(str, (self.seed, summary.id, summary.version, summary.stage, summary.status))
+        ).encode()
         h = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
         if (h % _SCALE) / _SCALE >= self.share:
             return None
@@ -86,5 +96,8 @@ class BadRows:
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return {"share": self.share, "rendered": dict(self.rendered),
-                    "unresolvable": sorted(self.unresolvable)}
+            return {
+                "share": self.share,
+                "rendered": dict(self.rendered),
+                "unresolvable": sorted(self.unresolvable),
+            }

@@ -27,10 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--seed", type=int, default=d["seed"].default, help="seed of data, fates and faults")
     add("--rate-limit", type=float, help="requests/s over all /v1 routes (default: none)")
     add("--rate-burst", type=int, help="token-bucket capacity (default: ceil(rate/5))")
-    add("--limiter", choices=list(SHAPES), default="token",
+    add(
+        "--limiter",
+        choices=list(SHAPES),
+        default="token",
         help="shape of the rate limit: token bucket, nginx leaky bucket (no burst, burst "
-             "nodelay, burst with delay), fixed or sliding window, HAProxy stick table "
-             "(default %(default)s)")
+        "nodelay, burst with delay), fixed or sliding window, HAProxy stick table "
+        "(default %(default)s)",
+    )
     add("--retry-after-format", choices=["seconds", "http-date"], default="seconds")
     add("--ratelimit-headers", action="store_true", help="send IETF RateLimit headers")
     add("--latency-ms", type=float, default=0.0, help="added latency per /v1 request")
@@ -45,22 +49,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--webhook-drop-rate", type=float, default=0.0, help="share of pings never sent")
     add("--fat-pings", action="store_true", help="pings carry the whole driver record")
     add("--thin-pings", action="store_true", help="pings carry only the driver's id")
-    add("--bad-rows", type=float, default=0.0, metavar="F",
-        help="share of listing/changes rows rendered bad (0..1); the truth is unchanged")
+    add(
+        "--bad-rows",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="share of listing/changes rows rendered bad (0..1); the truth is unchanged",
+    )
     add("--package-size", type=int, default=16384, metavar="BYTES", help="bytes per package")
     auth = ["none", "bearer", "oauth2"]
-    add("--auth", choices=auth, default="none",
+    add(
+        "--auth",
+        choices=auth,
+        default="none",
         help="bearer: token from DRIVER_REVIEW_SIM_TOKEN; oauth2: POST /oauth/token with "
-             "DRIVER_REVIEW_SIM_CLIENT_ID/_SECRET")
+        "DRIVER_REVIEW_SIM_CLIENT_ID/_SECRET",
+    )
     add("--token-ttl-s", type=float, default=300.0, help="lifetime of an oauth2 token")
-    add("--checks-port", type=int, metavar="P",
-        help="also serve POST /v1/checks/{check} on port P, with limits of its own")
+    add(
+        "--checks-port",
+        type=int,
+        metavar="P",
+        help="also serve POST /v1/checks/{check} on port P, with limits of its own",
+    )
     add("--checks-auth", choices=auth, help="the checks port's auth (default: --auth)")
     add("--checks-rate-limit", type=float, metavar="R", help="requests/s on the checks port")
     add("--checks-rate-burst", type=int, help="its bucket (default: ceil(rate/5))")
     add("--checks-quota", type=int, metavar="N", help="requests per quota window (checks port)")
-    add("--checks-quota-window-s", type=float, default=86_400.0, metavar="W",
-        help="the quota window (default: a day)")
+    add(
+        "--checks-quota-window-s",
+        type=float,
+        default=86_400.0,
+        metavar="W",
+        help="the quota window (default: a day)",
+    )
 
 
 def settings_from_args(ns: argparse.Namespace) -> SimSettings:

@@ -47,8 +47,13 @@ class Limits:
 
 class Edge:
     def __init__(
-        self, app: ASGIApp, settings: SimSettings, stats: SimStats, *,
-        gate: AuthGate | None = None, limits: Limits | None = None,
+        self,
+        app: ASGIApp,
+        settings: SimSettings,
+        stats: SimStats,
+        *,
+        gate: AuthGate | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
@@ -175,5 +180,6 @@ def _catalog_limits(settings: SimSettings) -> Limits:
     if settings.limiter == "token":
         return Limits(TokenBucket(rate, settings.burst), headers=settings.ratelimit_headers)
     shape = make_shape(settings.limiter, rate, burst=settings.rate_burst)
-    return Limits(None, shape=shape,
-                  retry_after=not settings.limiter.startswith(("leaky", "haproxy")))
+    return Limits(
+        None, shape=shape, retry_after=not settings.limiter.startswith(("leaky", "haproxy"))
+    )

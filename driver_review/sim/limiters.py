@@ -28,10 +28,19 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-ShapeName = Literal["token", "leaky", "leaky-burst", "leaky-delay", "fixed", "sliding",
-                    "sliding-log", "haproxy"]
-SHAPES: tuple[str, ...] = ("token", "leaky", "leaky-burst", "leaky-delay", "fixed", "sliding",
-                           "sliding-log", "haproxy")
+ShapeName = Literal[
+    "token", "leaky", "leaky-burst", "leaky-delay", "fixed", "sliding", "sliding-log", "haproxy"
+]
+SHAPES: tuple[str, ...] = (
+    "token",
+    "leaky",
+    "leaky-burst",
+    "leaky-delay",
+    "fixed",
+    "sliding",
+    "sliding-log",
+    "haproxy",
+)
 
 
 @dataclass(frozen=True)

@@ -92,8 +92,14 @@ class QuotaWindow:
     """``quota`` requests per fixed window of ``window_s`` (a daily quota, say): once spent,
     everything waits for the next window, however slowly it is asked."""
 
-    def __init__(self, quota: int, window_s: float, *, name: str = "quota",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        quota: int,
+        window_s: float,
+        *,
+        name: str = "quota",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if quota < 1 or window_s <= 0:
             raise ValueError("quota must be >= 1 and window_s > 0")
         self.quota = quota

@@ -157,8 +157,7 @@ def serve_forever(settings: SimSettings, *, out: TextIO = sys.stdout) -> None:
                 flush=True,
             )
             if server.checks_url:
-                print(f"checks API: {server.checks_url}/v1/checks/{{check}}", file=out,
-                      flush=True)
+                print(f"checks API: {server.checks_url}/v1/checks/{{check}}", file=out, flush=True)
             while server.running and not stop.wait(0.5):
                 pass
     finally:

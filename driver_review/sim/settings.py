@@ -27,8 +27,11 @@ Share = Annotated[float, Field(ge=0.0, le=1.0)]
 NonNegative = Annotated[float, Field(ge=0.0)]
 AuthMode = Literal["none", "bearer", "oauth2"]
 #: Where the simulator's own secrets come from (never flags: they would show in `ps`).
-ENV = {"auth_token": env.SIM_TOKEN, "client_id": env.SIM_CLIENT_ID,
-       "client_secret": env.SIM_CLIENT_SECRET}
+ENV = {
+    "auth_token": env.SIM_TOKEN,
+    "client_id": env.SIM_CLIENT_ID,
+    "client_secret": env.SIM_CLIENT_SECRET,
+}
 
 
 class SimSettings(BaseModel):
@@ -41,8 +44,9 @@ class SimSettings(BaseModel):
     rate_limit: Annotated[float, Field(gt=0)] | None = None  # requests/s over all /v1 routes
     rate_burst: Annotated[int, Field(ge=1)] | None = None  # default max(1, ceil(rate/5))
     # The shape of that limit (see driver_review.sim.limiters); only "token" has headers.
-    limiter: Literal["token", "leaky", "leaky-burst", "leaky-delay", "fixed", "sliding",
-                     "sliding-log", "haproxy"] = "token"
+    limiter: Literal[
+        "token", "leaky", "leaky-burst", "leaky-delay", "fixed", "sliding", "sliding-log", "haproxy"
+    ] = "token"
     retry_after_format: Literal["seconds", "http-date"] = "seconds"
     ratelimit_headers: bool = False  # IETF RateLimit / RateLimit-Policy on /v1 responses
     latency_ms: NonNegative = 0.0
@@ -101,8 +105,16 @@ class SimSettings(BaseModel):
     @model_validator(mode="after")
     def _checks_port(self) -> Self:
         if self.checks_port is None:
-            given = [name for name in ("checks_rate_limit", "checks_rate_burst", "checks_quota",
-                                       "checks_auth") if getattr(self, name) is not None]
+            given = [
+                name
+                for name in (
+                    "checks_rate_limit",
+                    "checks_rate_burst",
+                    "checks_quota",
+                    "checks_auth",
+                )
+                if getattr(self, name) is not None
+            ]
             if given:
                 raise ValueError(f"{given[0]}: needs checks_port")
         return self

@@ -40,9 +40,13 @@ def ping_body(record: DriverRecord, *, fat: bool = False, thin: bool = False) ->
     record under ``data.record`` (``fat``), or ``data`` holding only ``id`` (``thin``, as
     most senders send: the receiver looks the driver up)."""
     if thin:
-        return json.dumps({"type": "driver.updated",
-                           "timestamp": datetime.now(UTC).isoformat(),
-                           "data": {"id": record.id}}).encode()
+        return json.dumps(
+            {
+                "type": "driver.updated",
+                "timestamp": datetime.now(UTC).isoformat(),
+                "data": {"id": record.id},
+            }
+        ).encode()
     ping = WebhookPing(
         type="driver.updated",
         timestamp=datetime.now(UTC),
@@ -167,8 +171,9 @@ class WebhookSender:
                 hinted = None
                 if status == 429:
                     counts["rate_limited"] += 1
-                    hinted = parse_retry_after(response.headers.get("retry-after"), time.time(),
-                                               max_s=RETRY_AFTER_MAX_S)
+                    hinted = parse_retry_after(
+                        response.headers.get("retry-after"), time.time(), max_s=RETRY_AFTER_MAX_S
+                    )
                 delay = hinted if hinted is not None else self._backoff_s(attempt)
             if attempt < self.max_attempts:
                 await asyncio.sleep(delay)

@@ -53,12 +53,12 @@ PER_CPU_TARGET = 0.5
 
 
 def settings(drivers: int) -> SimSettings:
-    return SimSettings(drivers=drivers, seed=SEED, rate_limit=None,
-                       latency_ms=SWEEP_LATENCY_MS)
+    return SimSettings(drivers=drivers, seed=SEED, rate_limit=None, latency_ms=SWEEP_LATENCY_MS)
 
 
-def _measure(drivers: int, label: str, run: Callable[[str], dict[str, Any]], *,
-             measure_cpu: bool = True) -> dict[str, Any]:
+def _measure(
+    drivers: int, label: str, run: Callable[[str], dict[str, Any]], *, measure_cpu: bool = True
+) -> dict[str, Any]:
     roots = cpu.local_ray_pids() if measure_cpu else None
     with SimServer(settings(drivers)) as sim:
         log = CallLog.install(sim)
@@ -76,8 +76,11 @@ def _measure(drivers: int, label: str, run: Callable[[str], dict[str, Any]], *,
     ray_cpu_s = cpu.spent_s(before, after) if roots else None
     decisions = stats["decisions"]
     out: dict[str, Any] = {
-        "drivers": total, "converged_drivers": converged, "decisions": decisions,
-        **call_counts(stats), "active_s": active_s,
+        "drivers": total,
+        "converged_drivers": converged,
+        "decisions": decisions,
+        **call_counts(stats),
+        "active_s": active_s,
         "decisions_per_s": ratio(decisions, active_s),
         "bench_process_cpu_s": own_s,
         "detail": detail,
@@ -88,17 +91,21 @@ def _measure(drivers: int, label: str, run: Callable[[str], dict[str, Any]], *,
     error = run_error(detail, converged, total)
     if error is not None:
         out["error"] = error
-    say(f"  {label}: {error or 'reached the truth'}; {decisions} decisions in "
+    say(
+        f"  {label}: {error or 'reached the truth'}; {decisions} decisions in "
         f"{active_s or 0:.1f}s, {out['decisions_per_s'] or 0:.0f}/s, "
-        f"{out.get('decisions_per_cpu_s') or 0:.0f}/CPU-s")
+        f"{out.get('decisions_per_cpu_s') or 0:.0f}/CPU-s"
+    )
     return out
 
 
 def _sweep(ctx: Context, label: str) -> Callable[[str], dict[str, Any]]:
     def run(url: str) -> dict[str, Any]:
-        summary = run_sweep(pipeline_config(url),
-                            SweepOptions(data_dir=ctx.scratch(f"ceiling-{label}"),
-                                         timeout_s=TIMEOUT_S), Progress(out=io.StringIO()))
+        summary = run_sweep(
+            pipeline_config(url),
+            SweepOptions(data_dir=ctx.scratch(f"ceiling-{label}"), timeout_s=TIMEOUT_S),
+            Progress(out=io.StringIO()),
+        )
         detail = {"peak_workers": summary["peak_workers"]}
         if not summary["ok"]:
             detail["unfinished"] = int(summary["unresolved"] or 1)
@@ -115,38 +122,53 @@ def _asyncio_reviewer(url: str) -> dict[str, Any]:
 
 def run(ctx: Context) -> dict[str, Any]:
     drivers = QUICK_DRIVERS if ctx.quick else FULL_DRIVERS
-    runs = {"driver_review": _measure(drivers, "driver-review", _sweep(ctx, "dr")),
-            "asyncio": _measure(drivers, "asyncio reviewer", _asyncio_reviewer)}
+    runs = {
+        "driver_review": _measure(drivers, "driver-review", _sweep(ctx, "dr")),
+        "asyncio": _measure(drivers, "asyncio reviewer", _asyncio_reviewer),
+    }
     errors = [f"{name}: {r['error']}" for name, r in runs.items() if "error" in r]
     dr, aio = runs["driver_review"], runs["asyncio"]
     out: dict[str, Any] = {
         "what": "an unlimited catalog: decisions/s and decisions per CPU-second of the Ray "
-                "node, driver-review's sweep against one asyncio process with the same "
-                "checks and client; full mode adds a two-node loopback cluster",
-        "settings": {"drivers": drivers, "latency_ms": SWEEP_LATENCY_MS, "rate_limit": None,
-                     "asyncio_concurrency": CONCURRENCY, "asyncio_task_num_cpus": 0,
-                     "seed": SEED, "pipeline": "shipped default (autoscaling pools)"},
+        "node, driver-review's sweep against one asyncio process with the same "
+        "checks and client; full mode adds a two-node loopback cluster",
+        "settings": {
+            "drivers": drivers,
+            "latency_ms": SWEEP_LATENCY_MS,
+            "rate_limit": None,
+            "asyncio_concurrency": CONCURRENCY,
+            "asyncio_task_num_cpus": 0,
+            "seed": SEED,
+            "pipeline": "shipped default (autoscaling pools)",
+        },
         "runs": runs,
         "targets": {},
         "errors": errors,
     }
     if not errors:
         out["decisions_per_s_ratio"] = ratio(dr["decisions_per_s"], aio["decisions_per_s"])
-        out["decisions_per_cpu_s_ratio"] = ratio(dr["decisions_per_cpu_s"],
-                                                 aio["decisions_per_cpu_s"])
+        out["decisions_per_cpu_s_ratio"] = ratio(
+            dr["decisions_per_cpu_s"], aio["decisions_per_cpu_s"]
+        )
         out["targets"]["decisions_per_cpu_s_ratio"] = target(
-            out["decisions_per_cpu_s_ratio"], ">=", PER_CPU_TARGET,
+            out["decisions_per_cpu_s_ratio"],
+            ">=",
+            PER_CPU_TARGET,
             "driver-review's decisions per CPU-second ÷ one asyncio process's (threshold "
-            "chosen by the benchmark, not the issue)")
+            "chosen by the benchmark, not the issue)",
+        )
     if ctx.quick:
-        out["two_node"] = {"skipped": "quick mode: two extra Ray clusters cost about a "
-                                      "minute; run the full benchmark"}
+        out["two_node"] = {
+            "skipped": "quick mode: two extra Ray clusters cost about a "
+            "minute; run the full benchmark"
+        }
     else:
         out["two_node"] = _two_node(drivers, errors)
         scale = out["two_node"].get("scale_out_ratio")
         if scale is not None:
             out["targets"]["scale_out_ratio"] = target(
-                scale, ">=", 1.0, "two nodes on one machine at least as fast as one")
+                scale, ">=", 1.0, "two nodes on one machine at least as fast as one"
+            )
     return out
 
 
@@ -154,12 +176,17 @@ def _two_node(drivers: int, errors: list[str]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for nodes in (1, 2):
         label = f"{nodes}-node cluster"
-        run = _measure(drivers, label, lambda url, n=nodes: two_node.run_in_subprocess(url, n),
-                       measure_cpu=False)
+        run = _measure(
+            drivers,
+            label,
+            lambda url, n=nodes: two_node.run_in_subprocess(url, n),
+            measure_cpu=False,
+        )
         result[f"nodes_{nodes}"] = run
         if "error" in run:
             errors.append(f"{label}: {run['error']}")
     if not any("error" in r for r in result.values()):
-        result["scale_out_ratio"] = ratio(result["nodes_2"]["decisions_per_s"],
-                                          result["nodes_1"]["decisions_per_s"])
+        result["scale_out_ratio"] = ratio(
+            result["nodes_2"]["decisions_per_s"], result["nodes_1"]["decisions_per_s"]
+        )
     return result

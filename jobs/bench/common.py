@@ -57,15 +57,31 @@ class Sizes:
 
 
 QUICK = Sizes(
-    sweep_drivers=120, rate_limit=100.0, live_drivers=150, ping_rate=5.0,
-    ping_duration_s=8.0, ingress_pings=400, ingress_concurrency=16, ingress_rounds=1,
-    ledger_sizes=(50_000, 200_000), isolation_drivers=80, slow_delay_s=0.5,
+    sweep_drivers=120,
+    rate_limit=100.0,
+    live_drivers=150,
+    ping_rate=5.0,
+    ping_duration_s=8.0,
+    ingress_pings=400,
+    ingress_concurrency=16,
+    ingress_rounds=1,
+    ledger_sizes=(50_000, 200_000),
+    isolation_drivers=80,
+    slow_delay_s=0.5,
     ingress_duration_s=5.0,
 )
 FULL = Sizes(
-    sweep_drivers=1000, rate_limit=100.0, live_drivers=2000, ping_rate=10.0,
-    ping_duration_s=45.0, ingress_pings=3000, ingress_concurrency=64, ingress_rounds=2,
-    ledger_sizes=(1_000_000, 5_000_000), isolation_drivers=400, slow_delay_s=0.5,
+    sweep_drivers=1000,
+    rate_limit=100.0,
+    live_drivers=2000,
+    ping_rate=10.0,
+    ping_duration_s=45.0,
+    ingress_pings=3000,
+    ingress_concurrency=64,
+    ingress_rounds=2,
+    ledger_sizes=(1_000_000, 5_000_000),
+    isolation_drivers=400,
+    slow_delay_s=0.5,
     ingress_duration_s=15.0,
 )
 
@@ -160,17 +176,25 @@ def call_counts(stats: dict[str, Any]) -> dict[str, int]:
                 limited += n
             elif status.isdigit() and (200 <= int(status) < 300 or status == "304"):
                 ok += n
-    return {"calls": total, "necessary_calls": ok, "rate_limited_calls": limited,
-            "other_calls": total - ok - limited}
+    return {
+        "calls": total,
+        "necessary_calls": ok,
+        "rate_limited_calls": limited,
+        "other_calls": total - ok - limited,
+    }
 
 
 def target(value: float | None, op: str, threshold: float, note: str = "") -> dict[str, Any]:
     """``{"value", "target", "met"}``; a missing value is a missed target."""
-    ok = value is not None and not math.isnan(value) and {
-        ">=": value >= threshold, "<=": value <= threshold,  # type: ignore[operator]
-    }[op]
-    out: dict[str, Any] = {"value": value, "target": f"{op} {threshold:g}",
-                           "met": bool(ok)}
+    ok = (
+        value is not None
+        and not math.isnan(value)
+        and {
+            ">=": value >= threshold,
+            "<=": value <= threshold,  # type: ignore[operator]
+        }[op]
+    )
+    out: dict[str, Any] = {"value": value, "target": f"{op} {threshold:g}", "met": bool(ok)}
     if note:
         out["note"] = note
     return out

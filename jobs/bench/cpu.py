@@ -36,8 +36,12 @@ def local_ray_pids() -> list[int] | None:
         return None
     node = getattr(worker, "_global_node", None)
     procs = getattr(node, "all_processes", None) or {}
-    pids = [info.process.pid for key in ("raylet", "gcs_server")
-            for info in procs.get(key, []) if getattr(info, "process", None) is not None]
+    pids = [
+        info.process.pid
+        for key in ("raylet", "gcs_server")
+        for info in procs.get(key, [])
+        if getattr(info, "process", None) is not None
+    ]
     return pids or None
 
 

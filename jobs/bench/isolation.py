@@ -47,8 +47,11 @@ def _config(url: str, delay_s: float | None) -> PipelineConfig:
         if delay_s is not None and stage["name"] == SLOW_STAGE:
             stage["checks"].append("slow")
     if delay_s is not None:
-        data["checks"]["slow"] = {"kind": "python", "target": SLOW_CHECK,
-                                  "options": {"delay_s": delay_s}}
+        data["checks"]["slow"] = {
+            "kind": "python",
+            "target": SLOW_CHECK,
+            "options": {"delay_s": delay_s},
+        }
     return parse_config(data, source="bench isolation")
 
 
@@ -60,26 +63,38 @@ def _stage_rates(data_dir: str) -> dict[str, dict[str, float]]:
     for stage in load_config().stage_names:
         t = times[stages == stage]
         span = float(t.max() - t.min()) if len(t) > 1 else 0.0
-        out[stage] = {"decisions": len(t), "span_s": span,
-                      "decisions_per_s": len(t) / span if span > 0 else None}
+        out[stage] = {
+            "decisions": len(t),
+            "span_s": span,
+            "decisions_per_s": len(t) / span if span > 0 else None,
+        }
     return out
 
 
 def _sweep(ctx: Context, label: str, delay_s: float | None) -> dict[str, Any]:
-    settings = SimSettings(drivers=ctx.sizes.isolation_drivers, seed=SEED + 2,
-                           latency_ms=SWEEP_LATENCY_MS)
+    settings = SimSettings(
+        drivers=ctx.sizes.isolation_drivers, seed=SEED + 2, latency_ms=SWEEP_LATENCY_MS
+    )
     data_dir = ctx.scratch(f"isolation-{label}")
     with SimServer(settings) as sim:
-        summary = run_sweep(_config(sim.url, delay_s),
-                            SweepOptions(data_dir=data_dir, timeout_s=SWEEP_TIMEOUT_S,
-                                         autoscale=False),
-                            Progress(out=io.StringIO()))
+        summary = run_sweep(
+            _config(sim.url, delay_s),
+            SweepOptions(data_dir=data_dir, timeout_s=SWEEP_TIMEOUT_S, autoscale=False),
+            Progress(out=io.StringIO()),
+        )
         converged, drivers = sim.state.converged()
     rates = _stage_rates(data_dir)
-    say(f"  isolation {label}: " + ", ".join(
-        f"{s} {r['decisions_per_s'] or 0:.1f}/s" for s, r in rates.items()))
-    return {"wall_s": summary["wall_s"], "timed_out": summary["timed_out"],
-            "converged_drivers": converged, "drivers": drivers, "stages": rates}
+    say(
+        f"  isolation {label}: "
+        + ", ".join(f"{s} {r['decisions_per_s'] or 0:.1f}/s" for s, r in rates.items())
+    )
+    return {
+        "wall_s": summary["wall_s"],
+        "timed_out": summary["timed_out"],
+        "converged_drivers": converged,
+        "drivers": drivers,
+        "stages": rates,
+    }
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -89,23 +104,31 @@ def run(ctx: Context) -> dict[str, Any]:
     delay_s = max(ctx.sizes.slow_delay_s / 10, (SLOWDOWN - 1) * IN_FLIGHT / fast_rate)
     slow_run = _sweep(ctx, "slow", delay_s)
     ratios = {
-        stage: ratio(slow_run["stages"][stage]["decisions_per_s"],
-                     fast["stages"][stage]["decisions_per_s"])
+        stage: ratio(
+            slow_run["stages"][stage]["decisions_per_s"], fast["stages"][stage]["decisions_per_s"]
+        )
         for stage in fast["stages"]
     }
     slowdown = ratio(1.0, ratios[SLOW_STAGE])
     targets = {
         f"{stage}.throughput_ratio": target(r, ">=", 0.9, "beside a slow stage, our own target")
-        for stage, r in ratios.items() if stage != SLOW_STAGE
+        for stage, r in ratios.items()
+        if stage != SLOW_STAGE
     }
     targets[f"{SLOW_STAGE}.slowdown_ratio"] = target(
-        slowdown, ">=", 5.0, "the slow stage really was slow (aimed at 10x)")
+        slowdown, ">=", 5.0, "the slow stage really was slow (aimed at 10x)"
+    )
     return {
         "what": "throughput of the other stages beside a stage made ~10x slower, as a ratio "
-                "to the same sweep without the slow stage",
-        "settings": {"drivers": ctx.sizes.isolation_drivers, "in_flight_per_stage": IN_FLIGHT,
-                     "slow_stage": SLOW_STAGE, "slow_check_delay_s": delay_s,
-                     "latency_ms": SWEEP_LATENCY_MS, "rate_limit": "none"},
+        "to the same sweep without the slow stage",
+        "settings": {
+            "drivers": ctx.sizes.isolation_drivers,
+            "in_flight_per_stage": IN_FLIGHT,
+            "slow_stage": SLOW_STAGE,
+            "slow_check_delay_s": delay_s,
+            "latency_ms": SWEEP_LATENCY_MS,
+            "rate_limit": "none",
+        },
         "fast": fast,
         "slow": slow_run,
         "throughput_ratio": ratios,

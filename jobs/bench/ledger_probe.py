@@ -82,15 +82,20 @@ def _median_s(fn: Any) -> float:
 def probe_ledger(n: int, directory: str, now: float) -> dict[str, Any]:
     cols = _columns(n, now)
     ids = pa.array(_ids(n), pa.string())
-    table = pa.table({
-        "driver_id": ids, "version": pa.array(cols["version"], pa.binary()),
-        "stage": pa.array(np.full(n, NO_STAGE, np.int16)),
-        "status": pa.array(np.full(n, Status.PUBLISHED, np.int8)),
-        "changed_at": cols["changed_at"], "decided_version": pa.array(cols["version"], pa.binary()),
-        "decided_stage": pa.array(np.full(n, 2, np.int16)),
-        "verdict": pa.array(np.full(n, Verdict.APPROVED, np.int8)),
-        "reviewed_at": cols["reviewed_at"], "work": pa.array(np.full(n, Work.IDLE, np.int8)),
-    })
+    table = pa.table(
+        {
+            "driver_id": ids,
+            "version": pa.array(cols["version"], pa.binary()),
+            "stage": pa.array(np.full(n, NO_STAGE, np.int16)),
+            "status": pa.array(np.full(n, Status.PUBLISHED, np.int8)),
+            "changed_at": cols["changed_at"],
+            "decided_version": pa.array(cols["version"], pa.binary()),
+            "decided_stage": pa.array(np.full(n, 2, np.int16)),
+            "verdict": pa.array(np.full(n, Verdict.APPROVED, np.int8)),
+            "reviewed_at": cols["reviewed_at"],
+            "work": pa.array(np.full(n, Work.IDLE, np.int8)),
+        }
+    )
     del cols, ids
     tracemalloc.start()
     ledger = Ledger.from_arrow(table)
@@ -110,22 +115,41 @@ def probe_ledger(n: int, directory: str, now: float) -> dict[str, Any]:
     loaded = Ledger.from_arrow(store.load().table)  # type: ignore[union-attr]
     load_s = time.perf_counter() - t
     assert len(loaded) == n
-    return {"bytes_per_driver": live_bytes / n, "slice": limit, "stale_select_s": select_s,
-            "tick_s": tick_s, "snapshot_write_s": write_s, "snapshot_load_s": load_s,
-            "snapshot_bytes": os.path.getsize(path)}
+    return {
+        "bytes_per_driver": live_bytes / n,
+        "slice": limit,
+        "stale_select_s": select_s,
+        "tick_s": tick_s,
+        "snapshot_write_s": write_s,
+        "snapshot_load_s": load_s,
+        "snapshot_bytes": os.path.getsize(path),
+    }
 
 
 def probe_dict(n: int, directory: str, now: float) -> dict[str, Any]:
     cols = _columns(n, now)
     tracemalloc.start()  # before the lists: their floats become the entries' own
-    versions, changed, reviewed = (c.tolist() for c in
-                                   (cols["version"], cols["changed_at"], cols["reviewed_at"]))
+    versions, changed, reviewed = (
+        c.tolist() for c in (cols["version"], cols["changed_at"], cols["reviewed_at"])
+    )
     ids = _ids(n)
     table = {}
     for i, driver_id in enumerate(ids):
         v = versions[i].decode()
-        table[driver_id] = Entry(v, NO_STAGE, int(Status.PUBLISHED), float(changed[i]), v, 2,
-                                 int(Verdict.APPROVED), float(reviewed[i]), 0, 0, 0.0, 0)
+        table[driver_id] = Entry(
+            v,
+            NO_STAGE,
+            int(Status.PUBLISHED),
+            float(changed[i]),
+            v,
+            2,
+            int(Verdict.APPROVED),
+            float(reviewed[i]),
+            0,
+            0,
+            0.0,
+            0,
+        )
     del ids, versions, changed, reviewed
     live_bytes = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
@@ -135,8 +159,9 @@ def probe_dict(n: int, directory: str, now: float) -> dict[str, Any]:
     cutoff = now - freshness_s * REVISIT_MIN_AGE_SHARE
 
     def select() -> list[str]:
-        stale = sorted((e.reviewed_at, k) for k, e in table.items()
-                       if e.reviewed_at < cutoff and e.work == 0)
+        stale = sorted(
+            (e.reviewed_at, k) for k, e in table.items() if e.reviewed_at < cutoff and e.work == 0
+        )
         return [k for _, k in stale[:limit]]
 
     select_s = _median_s(select)
@@ -150,9 +175,14 @@ def probe_dict(n: int, directory: str, now: float) -> dict[str, Any]:
         loaded = pickle.load(f)
     load_s = time.perf_counter() - t
     assert len(loaded) == n
-    return {"bytes_per_driver": live_bytes / n, "slice": limit, "stale_select_s": select_s,
-            "snapshot_write_s": write_s, "snapshot_load_s": load_s,
-            "snapshot_bytes": os.path.getsize(path)}
+    return {
+        "bytes_per_driver": live_bytes / n,
+        "slice": limit,
+        "stale_select_s": select_s,
+        "snapshot_write_s": write_s,
+        "snapshot_load_s": load_s,
+        "snapshot_bytes": os.path.getsize(path),
+    }
 
 
 def main() -> None:

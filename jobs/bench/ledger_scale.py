@@ -23,9 +23,21 @@ KINDS = ("ledger", "dict")
 def _probe(kind: str, drivers: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-ledger-") as directory:
         proc = subprocess.run(
-            [sys.executable, "-m", "jobs.bench.ledger_probe", "--kind", kind,
-             "--drivers", str(drivers), "--dir", directory],
-            capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "jobs.bench.ledger_probe",
+                "--kind",
+                kind,
+                "--drivers",
+                str(drivers),
+                "--dir",
+                directory,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
         )
     if proc.returncode != 0:
         raise RuntimeError(f"ledger probe {kind} {drivers}: {proc.stderr.strip()[-500:]}")
@@ -48,27 +60,35 @@ def run(ctx: Context) -> dict[str, Any]:
             "snapshot_bytes_ratio": ratio(led["snapshot_bytes"], base["snapshot_bytes"]),
         }
         sizes[str(n)] = {"ledger": led, "dict": base, "ledger_to_dict": compared}
-        say(f"  ledger {n:,}: {led['bytes_per_driver']:.0f} B/driver (dict "
+        say(
+            f"  ledger {n:,}: {led['bytes_per_driver']:.0f} B/driver (dict "
             f"{base['bytes_per_driver']:.0f}), slice {led['stale_select_s'] * 1e3:.2f} ms "
             f"(dict {base['stale_select_s'] * 1e3:.0f} ms), snapshot write+load "
-            f"{led_snap:.2f}s (pickle {base_snap:.2f}s)")
+            f"{led_snap:.2f}s (pickle {base_snap:.2f}s)"
+        )
         targets[f"{n}.bytes_per_driver_ratio"] = target(
-            compared["bytes_per_driver_ratio"], "<=", 0.75, "our own target")
+            compared["bytes_per_driver_ratio"], "<=", 0.75, "our own target"
+        )
         targets[f"{n}.stale_select_ratio"] = target(
-            compared["stale_select_ratio"], "<=", 0.1, "our own target")
+            compared["stale_select_ratio"], "<=", 0.1, "our own target"
+        )
         targets[f"{n}.snapshot_write_and_load_ratio"] = target(
-            ratio(led_snap, base_snap), "<=", 0.5, "our own target")
+            ratio(led_snap, base_snap), "<=", 0.5, "our own target"
+        )
         targets[f"{n}.tick_s"] = target(
-            led["tick_s"], "<=", 0.1, "the orchestrator's per-second tick uses under 10%")
+            led["tick_s"], "<=", 0.1, "the orchestrator's per-second tick uses under 10%"
+        )
     return {
         "what": "the columnar ledger in one OrchestratorCore against a dict of slotted "
-                "dataclasses: bytes per driver (tracemalloc), staleness slice, snapshot",
-        "settings": {"sizes": list(ctx.sizes.ledger_sizes),
-                     "baseline": "dict[str, slots dataclass], sorted() to select, pickle",
-                     "bytes": "live bytes seen by tracemalloc (no allocator overhead)",
-                     "ledger_built_by": "Ledger.from_arrow (the restore path): exact "
-                                        "capacity; a ledger grown by intake may hold up to "
-                                        "2x the column bytes"},
+        "dataclasses: bytes per driver (tracemalloc), staleness slice, snapshot",
+        "settings": {
+            "sizes": list(ctx.sizes.ledger_sizes),
+            "baseline": "dict[str, slots dataclass], sorted() to select, pickle",
+            "bytes": "live bytes seen by tracemalloc (no allocator overhead)",
+            "ledger_built_by": "Ledger.from_arrow (the restore path): exact "
+            "capacity; a ledger grown by intake may hold up to "
+            "2x the column bytes",
+        },
         "sizes": sizes,
         "targets": targets,
     }

@@ -40,34 +40,51 @@ def _drivers(quick: bool) -> int:
     return int(SWEEP_S[quick] * RATE_PER_S / CALLS_PER_DRIVER)
 
 
-def _figures(label: str, entries: list[tuple[float, str]], settings: dict[str, Any],
-             sweep: dict[str, Any], converged: tuple[int, int]) -> dict[str, Any]:
+def _figures(
+    label: str,
+    entries: list[tuple[float, str]],
+    settings: dict[str, Any],
+    sweep: dict[str, Any],
+    converged: tuple[int, int],
+) -> dict[str, Any]:
     """``entries``: (time, status) of every request the limiter answered, listing first."""
     entries = sorted(entries)
     useful = [t for t, s in entries if s != "429"]
     refused = len(entries) - len(useful)
     active_s = useful[-1] - useful[1] if len(useful) > 2 else None
     out = {
-        "label": label, "settings": settings, "calls": len(entries), "rate_limited_calls":
-        refused, "active_s": active_s,
+        "label": label,
+        "settings": settings,
+        "calls": len(entries),
+        "rate_limited_calls": refused,
+        "active_s": active_s,
         "useful_calls_per_s": ratio(len(useful) - 1, active_s),
         "utilization_ratio": ratio(ratio(len(useful) - 1, active_s), RATE_PER_S),
         "rate_limited_share": ratio(refused, len(entries)),
-        "rate_limited_first_15s": sum(1 for t, s in entries
-                                      if s == "429" and useful and t - useful[0] < 15),
-        "converged_drivers": converged[0], "drivers": converged[1],
-        "timed_out": sweep["timed_out"], "sweep_wall_s": sweep["wall_s"],
+        "rate_limited_first_15s": sum(
+            1 for t, s in entries if s == "429" and useful and t - useful[0] < 15
+        ),
+        "converged_drivers": converged[0],
+        "drivers": converged[1],
+        "timed_out": sweep["timed_out"],
+        "sweep_wall_s": sweep["wall_s"],
     }
-    say(f"  {label}: {len(entries)} calls in {active_s or 0:.1f}s, utilization "
-        f"{out['utilization_ratio'] or 0:.3f}, 429s {out['rate_limited_share'] or 0:.2%}")
+    say(
+        f"  {label}: {len(entries)} calls in {active_s or 0:.1f}s, utilization "
+        f"{out['utilization_ratio'] or 0:.3f}, 429s {out['rate_limited_share'] or 0:.2%}"
+    )
     return out
 
 
 def _sweep(ctx: Context, url: str, label: str) -> dict[str, Any]:
     config = pipeline_config(url)
-    return run_sweep(config, SweepOptions(data_dir=ctx.scratch(f"limiters-{label}"),
-                                          timeout_s=max(300.0, 6 * SWEEP_S[ctx.quick])),
-                     Progress(out=io.StringIO()))
+    return run_sweep(
+        config,
+        SweepOptions(
+            data_dir=ctx.scratch(f"limiters-{label}"), timeout_s=max(300.0, 6 * SWEEP_S[ctx.quick])
+        ),
+        Progress(out=io.StringIO()),
+    )
 
 
 def _through_proxy(ctx: Context, label: str, make: Callable[[str], Any]) -> dict[str, Any]:
@@ -81,32 +98,48 @@ def _through_proxy(ctx: Context, label: str, make: Callable[[str], Any]) -> dict
 
 
 def _in_sim(ctx: Context, label: str, limiter: str) -> dict[str, Any]:
-    settings = SimSettings(drivers=_drivers(ctx.quick), seed=SEED, rate_limit=RATE_PER_S,
-                           limiter=limiter, latency_ms=SWEEP_LATENCY_MS)
+    settings = SimSettings(
+        drivers=_drivers(ctx.quick),
+        seed=SEED,
+        rate_limit=RATE_PER_S,
+        limiter=limiter,
+        latency_ms=SWEEP_LATENCY_MS,
+    )
     with SimServer(settings) as sim:
         log = CallLog.install(sim)
         sweep = _sweep(ctx, sim.url, label)
         entries = list(zip(log.times, log.statuses, strict=True))
         converged = sim.state.converged()
-    return _figures(label, entries, {"kind": "sim", "limiter": limiter,
-                                     "rate_per_s": RATE_PER_S,
-                                     "retry_after": True}, sweep, converged)
+    return _figures(
+        label,
+        entries,
+        {"kind": "sim", "limiter": limiter, "rate_per_s": RATE_PER_S, "retry_after": True},
+        sweep,
+        converged,
+    )
 
 
 def run(ctx: Context) -> dict[str, Any]:
     shapes: dict[str, Callable[[], dict[str, Any]]] = {
         "nginx_leaky": lambda: _through_proxy(
-            ctx, "nginx-leaky", lambda url: NginxLimiter(url, rate=RATE_PER_S)),
+            ctx, "nginx-leaky", lambda url: NginxLimiter(url, rate=RATE_PER_S)
+        ),
         "nginx_burst_nodelay": lambda: _through_proxy(
-            ctx, "nginx-burst-nodelay",
-            lambda url: NginxLimiter(url, rate=RATE_PER_S, burst=NGINX_BURST, nodelay=True)),
+            ctx,
+            "nginx-burst-nodelay",
+            lambda url: NginxLimiter(url, rate=RATE_PER_S, burst=NGINX_BURST, nodelay=True),
+        ),
         "haproxy_stick_table": lambda: _through_proxy(
-            ctx, "haproxy", lambda url: HaproxyLimiter(url, rate=RATE_PER_S)),
+            ctx, "haproxy", lambda url: HaproxyLimiter(url, rate=RATE_PER_S)
+        ),
         "sim_fixed_window": lambda: _in_sim(ctx, "sim-fixed", "fixed"),
         "sim_sliding_window": lambda: _in_sim(ctx, "sim-sliding", "sliding"),
     }
-    needs = {"nginx_leaky": "nginx", "nginx_burst_nodelay": "nginx",
-             "haproxy_stick_table": "haproxy"}
+    needs = {
+        "nginx_leaky": "nginx",
+        "nginx_burst_nodelay": "nginx",
+        "haproxy_stick_table": "haproxy",
+    }
     runs: dict[str, Any] = {}
     targets: dict[str, Any] = {}
     for name, measure in shapes.items():
@@ -124,14 +157,24 @@ def run(ctx: Context) -> dict[str, Any]:
             continue
         targets[f"{name}.utilization_ratio"] = target(r["utilization_ratio"], ">=", 0.95)
         targets[f"{name}.rate_limited_share"] = target(r["rate_limited_share"], "<=", 0.01)
-        targets[f"{name}.converged"] = target(ratio(r["converged_drivers"], r["drivers"]),
-                                              ">=", 1.0, "every driver at its true final state")
+        targets[f"{name}.converged"] = target(
+            ratio(r["converged_drivers"], r["drivers"]),
+            ">=",
+            1.0,
+            "every driver at its true final state",
+        )
     return {
         "what": "cold sweeps through real limiter shapes (nginx limit_req, HAProxy stick "
-                "table, sim fixed/sliding windows): useful calls/s ÷ limit, 429 share",
-        "settings": {"rate_limit_per_s": RATE_PER_S, "drivers": _drivers(ctx.quick),
-                     "target_sweep_s": SWEEP_S[ctx.quick], "latency_ms": SWEEP_LATENCY_MS,
-                     "seed": SEED, "nginx_burst": NGINX_BURST, "cold": True},
+        "table, sim fixed/sliding windows): useful calls/s ÷ limit, 429 share",
+        "settings": {
+            "rate_limit_per_s": RATE_PER_S,
+            "drivers": _drivers(ctx.quick),
+            "target_sweep_s": SWEEP_S[ctx.quick],
+            "latency_ms": SWEEP_LATENCY_MS,
+            "seed": SEED,
+            "nginx_burst": NGINX_BURST,
+            "cold": True,
+        },
         "runs": runs,
         "targets": targets,
     }

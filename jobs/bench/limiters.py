@@ -83,8 +83,9 @@ class _Proxy:
         self.port = _free_port()
         argv = [exe, *self._config(self.dir)]
         out = open(self.dir / "stdout.log", "wb")  # noqa: SIM115 - the child keeps it
-        self._proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL)
+        self._proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         out.close()
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -98,7 +99,8 @@ class _Proxy:
                 time.sleep(0.05)
         self.stop()
         raise LimiterError(
-            f"{self.kind}: not listening after {START_TIMEOUT_S:g}s ({self._tail()})")
+            f"{self.kind}: not listening after {START_TIMEOUT_S:g}s ({self._tail()})"
+        )
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
@@ -138,15 +140,17 @@ class _Proxy:
             return "no log"
         text = " | ".join(
             p.read_text(errors="replace").strip().replace("\n", " | ")[-400:]
-            for p in sorted(self.dir.glob("*.log")) if p.stat().st_size
+            for p in sorted(self.dir.glob("*.log"))
+            if p.stat().st_size
         )
         return text or "no log"
 
     def __enter__(self) -> _Proxy:
         return self.start()
 
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
         self.cleanup()
 
@@ -160,16 +164,21 @@ class NginxLimiter(_Proxy):
     binary = "nginx"
     kind = "nginx"
 
-    def __init__(self, upstream_url: str, *, rate: float, burst: int = 0,
-                 nodelay: bool = True) -> None:
+    def __init__(
+        self, upstream_url: str, *, rate: float, burst: int = 0, nodelay: bool = True
+    ) -> None:
         super().__init__(upstream_url, rate=rate)
         if burst < 0:
             raise LimiterError(f"nginx: burst must be >= 0, got {burst}")
         self.burst, self.nodelay = burst, nodelay
 
     def settings(self) -> dict[str, object]:
-        return {**super().settings(), "burst": self.burst, "nodelay": self.nodelay,
-                "directive": self._limit_req()}
+        return {
+            **super().settings(),
+            "burst": self.burst,
+            "nodelay": self.nodelay,
+            "directive": self._limit_req(),
+        }
 
     def _limit_req(self) -> str:
         burst = f" burst={self.burst}" + (" nodelay" if self.nodelay else "") if self.burst else ""
@@ -218,8 +227,7 @@ http {{
 }}
 """
         (d / "nginx.conf").write_text(conf)
-        return ["-p", f"{d}/", "-c", f"{d}/nginx.conf",
-                "-g", f"daemon off; pid {d}/nginx.pid;"]
+        return ["-p", f"{d}/", "-c", f"{d}/nginx.conf", "-g", f"daemon off; pid {d}/nginx.pid;"]
 
     def _log_path(self) -> Path | None:
         return None if self.dir is None else self.dir / "access.log"
@@ -234,8 +242,11 @@ class HaproxyLimiter(_Proxy):
     kind = "haproxy"
 
     def settings(self) -> dict[str, object]:
-        return {**super().settings(), "rule": f"sc_http_req_rate(0) gt {self._limit()}",
-                "period_s": 1}
+        return {
+            **super().settings(),
+            "rule": f"sc_http_req_rate(0) gt {self._limit()}",
+            "period_s": 1,
+        }
 
     def _limit(self) -> int:
         return max(1, round(self.rate))
@@ -275,5 +286,9 @@ backend upstream
 def missing_binary(name: str) -> str | None:
     """``None`` when ``name`` can run here, else why not (for a test's skip)."""
     found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
-    return None if found else f"{name} not installed (apt-get install {name}" + (
-        "-light)" if name == "nginx" else ")")
+    return (
+        None
+        if found
+        else f"{name} not installed (apt-get install {name}"
+        + ("-light)" if name == "nginx" else ")")
+    )

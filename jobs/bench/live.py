@@ -62,8 +62,10 @@ def _settle(system: Any, sim: SimServer, timeout_s: float, *, converged: bool) -
                 return time.monotonic() - started
         time.sleep(0.2)
     done, total = sim.state.converged()
-    raise TimeoutError(f"the service did not settle within {timeout_s:.0f} s "
-                       f"({done}/{total} drivers in their final state)")
+    raise TimeoutError(
+        f"the service did not settle within {timeout_s:.0f} s "
+        f"({done}/{total} drivers in their final state)"
+    )
 
 
 def _cache_phase(system: Any, sim: SimServer) -> dict[str, Any]:
@@ -82,12 +84,20 @@ def _cache_phase(system: Any, sim: SimServer) -> dict[str, Any]:
     stats = httpx.get(f"{sim.url}/_sim/stats", timeout=30).json()
     cache_after = system.cache.stats_sync()
     return {
-        "drivers": drivers, "changed": changed, "window": (t0, t1), "settle_s": settle_s,
-        "stats": stats, "fetched": dict(sim.state.stats.fetches_by_version),
+        "drivers": drivers,
+        "changed": changed,
+        "window": (t0, t1),
+        "settle_s": settle_s,
+        "stats": stats,
+        "fetched": dict(sim.state.stats.fetches_by_version),
         "decisions": [d for d in sim.state.decisions[decided_before:] if not d.duplicate],
         "cache_hits": cache_after["hits"] - cache_before["hits"],
-        "cache_misses_and_stale": (cache_after["misses"] + cache_after["stale"]
-                                   - cache_before["misses"] - cache_before["stale"]),
+        "cache_misses_and_stale": (
+            cache_after["misses"]
+            + cache_after["stale"]
+            - cache_before["misses"]
+            - cache_before["stale"]
+        ),
     }
 
 
@@ -99,8 +109,11 @@ def _outer_loop_drivers(data_dir: str, window: tuple[float, float]) -> set[str]:
     freshness contract at work, not the changes'."""
     rows = read_results(data_dir).select(["driver_id", "lane", "reviewed_at"]).to_pylist()
     t0, t1 = window
-    return {r["driver_id"] for r in rows
-            if r["lane"] == "stale" and t0 <= r["reviewed_at"].timestamp() <= t1}
+    return {
+        r["driver_id"]
+        for r in rows
+        if r["lane"] == "stale" and t0 <= r["reviewed_at"].timestamp() <= t1
+    }
 
 
 def _cache_figures(raw: dict[str, Any], data_dir: str) -> dict[str, Any]:
@@ -136,26 +149,39 @@ def _cache_figures(raw: dict[str, Any], data_dir: str) -> dict[str, Any]:
         "cache_misses_and_stale": raw["cache_misses_and_stale"],
         "requests": stats["requests"],
     }
-    say(f"  cache: {len(changed)} changed versions, {for_changes} driver GETs for them "
+    say(
+        f"  cache: {len(changed)} changed versions, {for_changes} driver GETs for them "
         f"(+{out['outer_loop_driver_gets']} by the outer loop, {len(unexplained)} unexplained), "
-        f"{packages} packages, {len(decisions)} decisions")
+        f"{packages} packages, {len(decisions)} decisions"
+    )
     return {
         "what": "one running service: settle, give 1% of the drivers a new version, settle "
-                "again; driver GETs per changed version and packages fetched (the outer "
-                "loop's freshness confirmations in the same window are counted apart)",
-        "settings": {"drivers": raw["drivers"], "changed_share": 0.01,
-                     "poll_interval_s": POLL_INTERVAL_S, "latency_ms": LIVE_LATENCY_MS},
+        "again; driver GETs per changed version and packages fetched (the outer "
+        "loop's freshness confirmations in the same window are counted apart)",
+        "settings": {
+            "drivers": raw["drivers"],
+            "changed_share": 0.01,
+            "poll_interval_s": POLL_INTERVAL_S,
+            "latency_ms": LIVE_LATENCY_MS,
+        },
         **out,
         "targets": {
             "driver_gets_per_changed_version_ratio": target(
-                out["driver_gets_per_changed_version_ratio"], "<=", 1.0,
-                "one fetch per changed version, however many stages it passes"),
+                out["driver_gets_per_changed_version_ratio"],
+                "<=",
+                1.0,
+                "one fetch per changed version, however many stages it passes",
+            ),
             "max_fetches_per_version": target(out["max_fetches_per_version"], "<=", 1),
             "unchanged_drivers_fetched": target(
-                out["unchanged_drivers_fetched"], "<=", 0,
-                "besides the outer loop's freshness confirmations"),
+                out["unchanged_drivers_fetched"],
+                "<=",
+                0,
+                "besides the outer loop's freshness confirmations",
+            ),
             "package_fetches_per_security_review_ratio": target(
-                out["package_fetches_per_security_review_ratio"], "<=", 1.0),
+                out["package_fetches_per_security_review_ratio"], "<=", 1.0
+            ),
         },
     }
 
@@ -166,9 +192,12 @@ def run(ctx: Context, phases: set[str]) -> dict[str, dict[str, Any]]:
     port = free_port()
     latency = "latency" in phases
     settings = SimSettings(
-        drivers=sizes.live_drivers, seed=SEED + 1, latency_ms=LIVE_LATENCY_MS,
+        drivers=sizes.live_drivers,
+        seed=SEED + 1,
+        latency_ms=LIVE_LATENCY_MS,
         update_rate=sizes.ping_rate if latency else 0.0,
-        webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers", webhook_secret=secret,
+        webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers",
+        webhook_secret=secret,
     )
     data_dir = ctx.scratch("live")
     results: dict[str, dict[str, Any]] = {}
@@ -176,23 +205,36 @@ def run(ctx: Context, phases: set[str]) -> dict[str, dict[str, Any]]:
     with SimServer(settings) as sim:
         config = pipeline_config(
             sim.url,
-            window={"high_water": HIGH_WATER, "freshness_s": 30 * 86400.0, "bucket_s": 5.0,
-                    "snapshot_s": 3600.0},
+            window={
+                "high_water": HIGH_WATER,
+                "freshness_s": 30 * 86400.0,
+                "bucket_s": 5.0,
+                "snapshot_s": 3600.0,
+            },
             results={"rollover_s": 1.0},
         )
         started = time.monotonic()
         owns_serve = not serve_running()  # only a Serve of its own may be restarted
-        system = start_service(config, config_path=None, instance=f"bench-{uuid.uuid4().hex[:6]}",
-                               data_dir=data_dir, host="127.0.0.1", port=port,
-                               poll_interval_s=POLL_INTERVAL_S, admin_port=0,
-                               proxy="default")  # the ingress phase compares the proxies
+        system = start_service(
+            config,
+            config_path=None,
+            instance=f"bench-{uuid.uuid4().hex[:6]}",
+            data_dir=data_dir,
+            host="127.0.0.1",
+            port=port,
+            poll_interval_s=POLL_INTERVAL_S,
+            admin_port=0,
+            proxy="default",
+        )  # the ingress phase compares the proxies
         window: tuple[float, float] | None = None
         try:
             up_s = time.monotonic() - started
             bound_s = max(SETTLE_TIMEOUT_S, SETTLE_S_PER_DRIVER * sizes.live_drivers)
             boot_s = _settle(system, sim, bound_s, converged=False)
-            say(f"  live service up in {up_s:.1f}s, bootstrap of {sizes.live_drivers} drivers "
-                f"settled in {boot_s:.1f}s")
+            say(
+                f"  live service up in {up_s:.1f}s, bootstrap of {sizes.live_drivers} drivers "
+                f"settled in {boot_s:.1f}s"
+            )
             if latency:
                 t0 = time.time()
                 time.sleep(sizes.ping_duration_s)
@@ -203,11 +245,18 @@ def run(ctx: Context, phases: set[str]) -> dict[str, dict[str, Any]]:
             if "cache" in phases:
                 cache_run = _phase(lambda: _cache_phase(system, sim))
             if "ingress" in phases:
-                results["ingress"] = _phase(lambda: ingress_scenario.measure(
-                    system, port, concurrency=sizes.ingress_concurrency,
-                    duration_s=sizes.ingress_duration_s, pings=sizes.ingress_pings,
-                    rounds=sizes.ingress_rounds, scratch=ctx.scratch("ingress"),
-                    owns_serve=owns_serve))
+                results["ingress"] = _phase(
+                    lambda: ingress_scenario.measure(
+                        system,
+                        port,
+                        concurrency=sizes.ingress_concurrency,
+                        duration_s=sizes.ingress_duration_s,
+                        pings=sizes.ingress_pings,
+                        rounds=sizes.ingress_rounds,
+                        scratch=ctx.scratch("ingress"),
+                        owns_serve=owns_serve,
+                    )
+                )
         finally:
             stop_service(system)
             if owns_serve:  # the ingress phase may have switched its proxy: leave none
@@ -216,12 +265,21 @@ def run(ctx: Context, phases: set[str]) -> dict[str, dict[str, Any]]:
                 serve.shutdown()
     # After the stop: every worker has flushed its results.
     if cache_run is not None:
-        results["cache"] = (cache_run if "error" in cache_run
-                            else _phase(lambda: _cache_figures(cache_run, data_dir)))
+        results["cache"] = (
+            cache_run
+            if "error" in cache_run
+            else _phase(lambda: _cache_figures(cache_run, data_dir))
+        )
     if window is not None:
-        results["latency"] = _phase(lambda: latency_figures(
-            data_dir, window, ping_rate=sizes.ping_rate, latency_ms=LIVE_LATENCY_MS,
-            webhooks=webhooks))
+        results["latency"] = _phase(
+            lambda: latency_figures(
+                data_dir,
+                window,
+                ping_rate=sizes.ping_rate,
+                latency_ms=LIVE_LATENCY_MS,
+                webhooks=webhooks,
+            )
+        )
     return results
 
 

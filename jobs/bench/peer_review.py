@@ -70,8 +70,16 @@ class PeerCatalog:
     """The catalog calls a peer makes, each retried by the peer's policy until the
     deadline; duck-types the :class:`~driver_review.catalog.base.Catalog` the checks use."""
 
-    def __init__(self, url: str, deadline: float, *, policy: Policy, concurrency: int,
-                 limiter: ClientRateLimiter | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        deadline: float,
+        *,
+        policy: Policy,
+        concurrency: int,
+        limiter: ClientRateLimiter | None = None,
+        seed: int | None = None,
+    ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"retry policy must be one of {POLICIES}, got {policy!r}")
         config = CatalogConfig(url=url, max_attempts=1, max_connections=max(1, concurrency))
@@ -84,8 +92,12 @@ class PeerCatalog:
 
     def _delay_s(self, attempt: int, exc: RetryableError) -> float:
         if self.policy == "botocore":
-            return standard_delay_s(attempt, throttled=isinstance(exc, RateLimited),
-                                    retry_after_s=exc.retry_after_s, rand=self.rng.random)
+            return standard_delay_s(
+                attempt,
+                throttled=isinstance(exc, RateLimited),
+                retry_after_s=exc.retry_after_s,
+                rand=self.rng.random,
+            )
         return jittered_delay_s(attempt, exc.retry_after_s, self.rng)
 
     async def sleep(self, delay_s: float) -> None:
@@ -107,8 +119,9 @@ class PeerCatalog:
     def iter_drivers(self) -> AsyncIterator[DriverSummary | BadRow]:
         return self.http.iter_drivers()
 
-    async def get_driver(self, driver_id: str, *, etag: str | None = None
-                         ) -> tuple[DriverRecord | None, str | None]:
+    async def get_driver(
+        self, driver_id: str, *, etag: str | None = None
+    ) -> tuple[DriverRecord | None, str | None]:
         return await self._retry(lambda: self.http.get_driver(driver_id, etag=etag))
 
     async def get_package(self, driver_id: str, *, version: str | None = None) -> bytes:
@@ -117,10 +130,12 @@ class PeerCatalog:
     async def run_check(self, check: str, driver_id: str, version: str) -> CheckResponse:
         return await self._retry(lambda: self.http.run_check(check, driver_id, version))
 
-    async def put_decision(self, driver_id: str, version: str, stage: str,
-                           decision: DecisionRequest) -> DecisionResponse:
+    async def put_decision(
+        self, driver_id: str, version: str, stage: str, decision: DecisionRequest
+    ) -> DecisionResponse:
         return await self._retry(
-            lambda: self.http.put_decision(driver_id, version, stage, decision))
+            lambda: self.http.put_decision(driver_id, version, stage, decision)
+        )
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -129,8 +144,7 @@ class PeerCatalog:
         return self.http.stats()
 
 
-async def follow(catalog: PeerCatalog, checks: dict, driver_id: str,
-                 reviewer: str) -> Counter[str]:
+async def follow(catalog: PeerCatalog, checks: dict, driver_id: str, reviewer: str) -> Counter[str]:
     """Review ``driver_id`` through its stages; counts of what happened."""
     counts: Counter[str] = Counter()
     ctx = context_factory(catalog)  # type: ignore[arg-type]  # duck-typed Catalog
@@ -152,9 +166,10 @@ async def follow(catalog: PeerCatalog, checks: dict, driver_id: str,
                 await catalog.sleep(ERROR_PAUSE_S)
                 continue
             answer = await catalog.put_decision(
-                driver_id, record.version, record.stage,
-                DecisionRequest(verdict=result.verdict, reasons=result.reasons,
-                                reviewer=reviewer),
+                driver_id,
+                record.version,
+                record.stage,
+                DecisionRequest(verdict=result.verdict, reasons=result.reasons, reviewer=reviewer),
             )
             counts["decisions"] += 1
             # The answer says where the driver is now: the same version, at its next
@@ -171,8 +186,9 @@ async def follow(catalog: PeerCatalog, checks: dict, driver_id: str,
     return counts
 
 
-async def review_all(catalog: PeerCatalog, checks: dict, driver_ids: Sequence[str],
-                     reviewer: str, concurrency: int) -> dict[str, Any]:
+async def review_all(
+    catalog: PeerCatalog, checks: dict, driver_ids: Sequence[str], reviewer: str, concurrency: int
+) -> dict[str, Any]:
     """Review drivers through ``catalog`` with at most ``concurrency`` in flight."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -199,14 +215,20 @@ async def review_all(catalog: PeerCatalog, checks: dict, driver_ids: Sequence[st
     return out
 
 
-async def review_many(url: str, driver_ids: Sequence[str], deadline: float, reviewer: str, *,
-                      concurrency: int, policy: Policy = "jittered",
-                      adaptive: bool = False) -> dict[str, Any]:
+async def review_many(
+    url: str,
+    driver_ids: Sequence[str],
+    deadline: float,
+    reviewer: str,
+    *,
+    concurrency: int,
+    policy: Policy = "jittered",
+    adaptive: bool = False,
+) -> dict[str, Any]:
     """Review drivers with one client (one per process) and a semaphore."""
     checks = build_stage_checks(load_config())
     limiter = ClientRateLimiter() if adaptive else None
-    catalog = PeerCatalog(url, deadline, policy=policy, concurrency=concurrency,
-                          limiter=limiter)
+    catalog = PeerCatalog(url, deadline, policy=policy, concurrency=concurrency, limiter=limiter)
     try:
         out = await review_all(catalog, checks, driver_ids, reviewer, concurrency)
     finally:
@@ -217,8 +239,9 @@ async def review_many(url: str, driver_ids: Sequence[str], deadline: float, revi
     return out
 
 
-def review_sync(url: str, driver_ids: Sequence[str], deadline: float, reviewer: str,
-                **options: Any) -> dict[str, Any]:
+def review_sync(
+    url: str, driver_ids: Sequence[str], deadline: float, reviewer: str, **options: Any
+) -> dict[str, Any]:
     if time.time() > deadline:
         return {"abandoned": len(driver_ids)}
     return asyncio.run(review_many(url, driver_ids, deadline, reviewer, **options))

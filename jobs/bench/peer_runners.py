@@ -31,26 +31,37 @@ from jobs.bench.peer_review import PeerCatalog, review_all, review_sync
 #: What a Ray Data actor reserves: a quarter, so pools of 4 fit a 2-core machine's Ray.
 RAY_DATA_ACTOR_CPUS = 0.25
 GRACE_S = 15.0  # after the deadline, for in-flight work to notice and stop
-_COUNTS = ("decisions", "fetches", "final", "conflicts", "call_errors", "check_errors",
-           "abandoned", "crashed", "gave_up")
+_COUNTS = (
+    "decisions",
+    "fetches",
+    "final",
+    "conflicts",
+    "call_errors",
+    "check_errors",
+    "abandoned",
+    "crashed",
+    "gave_up",
+)
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def _review_task(url: str, ids: list[str], deadline: float, reviewer: str,
-                 options: dict[str, Any]) -> dict[str, Any]:
+def _review_task(
+    url: str, ids: list[str], deadline: float, reviewer: str, options: dict[str, Any]
+) -> dict[str, Any]:
     return review_sync(url, ids, deadline, reviewer, **options)
 
 
-def run_fanout(url: str, ids: list[str], deadline: float,
-               setting: Mapping[str, Any]) -> dict[str, Any]:
+def run_fanout(
+    url: str, ids: list[str], deadline: float, setting: Mapping[str, Any]
+) -> dict[str, Any]:
     options = {"concurrency": int(setting["concurrency"]), "policy": "jittered"}
     return _get(_review_task.remote(url, ids, deadline, "fanout", options), deadline)
 
 
-def run_adaptive(url: str, ids: list[str], deadline: float,
-                 setting: Mapping[str, Any]) -> dict[str, Any]:
-    options = {"concurrency": int(setting["concurrency"]), "policy": "botocore",
-               "adaptive": True}
+def run_adaptive(
+    url: str, ids: list[str], deadline: float, setting: Mapping[str, Any]
+) -> dict[str, Any]:
+    options = {"concurrency": int(setting["concurrency"]), "policy": "botocore", "adaptive": True}
     return _get(_review_task.remote(url, ids, deadline, "adaptive", options), deadline)
 
 
@@ -71,8 +82,7 @@ class _DataReviewer:
     def __init__(self, url: str, deadline: float, concurrency: int) -> None:
         self.concurrency = concurrency
         self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True,
-                         name="peer-loop").start()
+        threading.Thread(target=self.loop.run_forever, daemon=True, name="peer-loop").start()
         self.checks = build_stage_checks(load_config())
         self.catalog = self._run(self._open(url, deadline))
 
@@ -86,22 +96,25 @@ class _DataReviewer:
         import numpy as np
 
         ids = [str(d) for d in batch["driver_id"]]
-        counts = self._run(review_all(self.catalog, self.checks, ids, "ray-data",
-                                      self.concurrency))
+        counts = self._run(review_all(self.catalog, self.checks, ids, "ray-data", self.concurrency))
         return {k: np.array([int(counts.get(k, 0))]) for k in _COUNTS}
 
 
-def run_ray_data(url: str, ids: list[str], deadline: float,
-                 setting: Mapping[str, Any]) -> dict[str, Any]:
+def run_ray_data(
+    url: str, ids: list[str], deadline: float, setting: Mapping[str, Any]
+) -> dict[str, Any]:
     from ray.data import ActorPoolStrategy, DataContext
 
     DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     batch = int(setting["batch_size"])
     ds = ray.data.from_items([{"driver_id": d} for d in ids]).map_batches(
-        _DataReviewer, fn_constructor_args=(url, deadline, batch),
-        compute=ActorPoolStrategy(size=int(setting["pool"])), batch_size=batch,
-        num_cpus=RAY_DATA_ACTOR_CPUS, batch_format="numpy",
+        _DataReviewer,
+        fn_constructor_args=(url, deadline, batch),
+        compute=ActorPoolStrategy(size=int(setting["pool"])),
+        batch_size=batch,
+        num_cpus=RAY_DATA_ACTOR_CPUS,
+        batch_format="numpy",
     )
     totals: Counter[str] = Counter()
     for row in ds.take_all():

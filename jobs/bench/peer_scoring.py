@@ -42,21 +42,25 @@ def pick_best(points: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
 
 def peer_error(name: str, points: Sequence[Mapping[str, Any]]) -> str:
     """The one line an errored peer is reported with: every grid point's reason."""
-    reasons = "; ".join(f"{p.get('setting')}: {p.get('error') or 'no active wall'}"
-                        for p in points)
+    reasons = "; ".join(f"{p.get('setting')}: {p.get('error') or 'no active wall'}" for p in points)
     return f"peer {name} reached the truth at no grid point ({reasons})"[:500]
 
 
-def peer_targets(name: str, best: Mapping[str, Any],
-                 reference: Mapping[str, Any]) -> dict[str, Any]:
+def peer_targets(
+    name: str, best: Mapping[str, Any], reference: Mapping[str, Any]
+) -> dict[str, Any]:
     """Targets of a peer that has a best run, as ratios to driver-review's sweep."""
     wall = ratio(best["active_s"], reference["active_s"])
-    share = (None if best.get("rate_limited_share") is None
-             or reference.get("rate_limited_share") is None
-             else best["rate_limited_share"] - reference["rate_limited_share"])
+    share = (
+        None
+        if best.get("rate_limited_share") is None or reference.get("rate_limited_share") is None
+        else best["rate_limited_share"] - reference["rate_limited_share"]
+    )
     return {
         f"{name}.wall_to_driver_review_ratio": target(
-            wall, ">=", 1.0, "driver-review at least as fast as the peer's best setting"),
+            wall, ">=", 1.0, "driver-review at least as fast as the peer's best setting"
+        ),
         f"{name}.rate_limited_share_minus_driver_review": target(
-            share, ">=", 0.0, "driver-review draws no more 429s"),
+            share, ">=", 0.0, "driver-review draws no more 429s"
+        ),
     }

@@ -38,8 +38,11 @@ from jobs.bench.utilization import measure_sweep, sim_settings
 #: The settings each peer is tried at (its best counts). Quick runs a smaller grid.
 GRIDS: dict[str, list[dict[str, int]]] = {
     "fanout": [{"concurrency": c} for c in (8, 32, 128)],
-    "ray_data": [{"pool": 2, "batch_size": 16}, {"pool": 4, "batch_size": 16},
-                 {"pool": 4, "batch_size": 32}],
+    "ray_data": [
+        {"pool": 2, "batch_size": 16},
+        {"pool": 4, "batch_size": 16},
+        {"pool": 4, "batch_size": 32},
+    ],
     "adaptive": [{"concurrency": c} for c in (32, 128)],
 }
 QUICK_GRIDS: dict[str, list[dict[str, int]]] = {
@@ -59,16 +62,20 @@ def in_review_ids(url: str) -> list[str]:
     async def listing() -> list[str]:
         catalog = HttpCatalog(CatalogConfig(url=url, max_attempts=20))
         try:
-            return [s.id async for s in catalog.iter_drivers()
-                    if isinstance(s, DriverSummary) and s.status == "in_review"]
+            return [
+                s.id
+                async for s in catalog.iter_drivers()
+                if isinstance(s, DriverSummary) and s.status == "in_review"
+            ]
         finally:
             await catalog.aclose()
 
     return asyncio.run(listing())
 
 
-def measure_point(ctx: Context, name: str, setting: dict[str, int],
-                  bound_s: float) -> dict[str, Any]:
+def measure_point(
+    ctx: Context, name: str, setting: dict[str, int], bound_s: float
+) -> dict[str, Any]:
     """One run of peer ``name`` at ``setting`` against a fresh simulator; its figures,
     with ``error`` when it does not count."""
     limit = ctx.sizes.rate_limit
@@ -109,9 +116,11 @@ def measure_point(ctx: Context, name: str, setting: dict[str, int],
     error = run_error(detail, converged, drivers)
     if error is not None:
         out["error"] = error
-    say(f"  {name} {setting}: {error or 'reached the truth'}; {counts['calls']} calls, "
+    say(
+        f"  {name} {setting}: {error or 'reached the truth'}; {counts['calls']} calls, "
         f"429s {out['rate_limited_share'] or 0:.1%}, active {active_s or 0:.1f}s, "
-        f"utilization {out['utilization_ratio'] or 0:.3f}")
+        f"utilization {out['utilization_ratio'] or 0:.3f}"
+    )
     return out
 
 
@@ -127,10 +136,20 @@ def run(ctx: Context) -> dict[str, Any]:
     reference = _reference(ctx)
     dr_wall = reference["active_s"]
     bound_s = max(MIN_BOUND_S, ctx.sizes.peer_bound_factor * (dr_wall or MIN_BOUND_S))
-    dr = {k: reference[k] for k in (
-        "active_s", "calls", "rate_limited_share", "utilization_ratio",
-        "wall_to_minimum_ratio", "calls_per_decision_ratio", "decisions",
-        "converged_drivers", "drivers")}
+    dr = {
+        k: reference[k]
+        for k in (
+            "active_s",
+            "calls",
+            "rate_limited_share",
+            "utilization_ratio",
+            "wall_to_minimum_ratio",
+            "calls_per_decision_ratio",
+            "decisions",
+            "converged_drivers",
+            "drivers",
+        )
+    }
     peers: dict[str, Any] = {}
     targets: dict[str, Any] = {}
     errors: list[str] = []
@@ -146,7 +165,8 @@ def run(ctx: Context) -> dict[str, Any]:
             peer["best"] = {k: v for k, v in best.items() if k != "useful_calls_per_second_series"}
             peer["wall_to_driver_review_ratio"] = ratio(best["active_s"], dr_wall)
             peer["calls_per_decision_to_driver_review_ratio"] = ratio(
-                best["calls_per_decision_ratio"], dr["calls_per_decision_ratio"])
+                best["calls_per_decision_ratio"], dr["calls_per_decision_ratio"]
+            )
             peer["useful_calls_per_second_series"] = best["useful_calls_per_second_series"]
             targets.update(peer_targets(name, best, reference))
         for point in points:
@@ -154,14 +174,18 @@ def run(ctx: Context) -> dict[str, Any]:
         peers[name] = peer
     return {
         "what": "the same sweep by competent peers (bounded asyncio fan-out, a tuned Ray "
-                "Data pool, botocore's adaptive CUBIC client), each the best of a small "
-                "grid and counted only when every driver reached its true final state: "
-                "wall, 429 share, useful calls/s ÷ limit, wall ÷ minimum",
-        "settings": {"drivers": ctx.sizes.sweep_drivers,
-                     "rate_limit_per_s": ctx.sizes.rate_limit, "bound_s": bound_s,
-                     "grids": grids(ctx.quick), "ray_data_actor_num_cpus": RAY_DATA_ACTOR_CPUS,
-                     "fanout_and_adaptive_task_num_cpus": 0,
-                     "cluster_cpus": ray.cluster_resources().get("CPU")},
+        "Data pool, botocore's adaptive CUBIC client), each the best of a small "
+        "grid and counted only when every driver reached its true final state: "
+        "wall, 429 share, useful calls/s ÷ limit, wall ÷ minimum",
+        "settings": {
+            "drivers": ctx.sizes.sweep_drivers,
+            "rate_limit_per_s": ctx.sizes.rate_limit,
+            "bound_s": bound_s,
+            "grids": grids(ctx.quick),
+            "ray_data_actor_num_cpus": RAY_DATA_ACTOR_CPUS,
+            "fanout_and_adaptive_task_num_cpus": 0,
+            "cluster_cpus": ray.cluster_resources().get("CPU"),
+        },
         "driver_review": dr,
         "peers": peers,
         "targets": targets,

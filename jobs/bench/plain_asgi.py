@@ -55,8 +55,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    uvicorn.run(build_app(), host="127.0.0.1", port=args.port, log_level="warning",
-                access_log=False)
+    uvicorn.run(
+        build_app(), host="127.0.0.1", port=args.port, log_level="warning", access_log=False
+    )
 
 
 if __name__ == "__main__":

@@ -27,8 +27,16 @@ from jobs.bench import chart
 from jobs.bench.common import FULL, QUICK, UNITS, Context, load_average, rounded, say
 
 SCENARIOS = (
-    "utilization", "endpoints", "limiters", "peers", "ceiling", "cache", "latency", "ingress",
-    "ledger", "isolation",
+    "utilization",
+    "endpoints",
+    "limiters",
+    "peers",
+    "ceiling",
+    "cache",
+    "latency",
+    "ingress",
+    "ledger",
+    "isolation",
 )
 LIVE = ("cache", "latency", "ingress")  # share one running service
 NEEDS_RAY = frozenset(SCENARIOS) - {"ledger"}
@@ -45,8 +53,10 @@ def parse_only(only: str | Sequence[str] | None) -> list[str]:
     names = [n.strip() for n in (only.split(",") if isinstance(only, str) else only)]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown or not any(names):
-        raise ConfigError(f"--only: unknown scenario {unknown[0] if unknown else '(none)'!r} "
-                          f"(scenarios: {', '.join(SCENARIOS)})")
+        raise ConfigError(
+            f"--only: unknown scenario {unknown[0] if unknown else '(none)'!r} "
+            f"(scenarios: {', '.join(SCENARIOS)})"
+        )
     return [n for n in SCENARIOS if n in names]
 
 
@@ -64,8 +74,13 @@ def _connect() -> str:
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
             # address="local": a Ray of our own, never the cluster last `ray start`ed here.
-            ray.init(address="local", num_cpus=LOCAL_CPUS, namespace=NAMESPACE,
-                     include_dashboard=False, log_to_driver=False)
+            ray.init(
+                address="local",
+                num_cpus=LOCAL_CPUS,
+                namespace=NAMESPACE,
+                include_dashboard=False,
+                log_to_driver=False,
+            )
             break
         except Exception as exc:  # Ray gives its raylet 30 s: not always enough when loaded
             ray.shutdown()
@@ -86,9 +101,13 @@ def _disconnect(started_ray: bool) -> None:
 def _machine() -> dict[str, Any]:
     import ray
 
-    return {"cores": os.cpu_count(), "python": platform.python_version(),
-            "ray": ray.__version__, "platform": platform.platform(),
-            "load_average_start": load_average()}
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "ray": ray.__version__,
+        "platform": platform.platform(),
+        "load_average_start": load_average(),
+    }
 
 
 def _scenario_runners(ctx: Context, selected: list[str]) -> list[tuple[str, Callable]]:
@@ -136,8 +155,12 @@ def _summary(scenarios: dict[str, Any]) -> dict[str, Any]:
         errors.extend(f"{name}: {e}" for e in result.get("errors", []))
         for key, t in result.get("targets", {}).items():
             (met if t["met"] else missed).append(f"{name}.{key} = {t['value']} ({t['target']})")
-    return {"targets_met": len(met), "targets_missed": len(missed), "missed": missed,
-            "errors": errors}
+    return {
+        "targets_met": len(met),
+        "targets_missed": len(missed),
+        "missed": missed,
+        "errors": errors,
+    }
 
 
 def run_bench(*, quick: bool, out_dir: str, only: str | Sequence[str] | None = None) -> int:
@@ -150,8 +173,12 @@ def run_bench(*, quick: bool, out_dir: str, only: str | Sequence[str] | None = N
     ctx = Context(sizes, work, quick)
     started, started_at = time.monotonic(), datetime.now(UTC)
     doc: dict[str, Any] = {
-        "bench": {"quick": quick, "only": selected, "started_at": started_at.isoformat(),
-                  "argv": sys.argv[1:]},
+        "bench": {
+            "quick": quick,
+            "only": selected,
+            "started_at": started_at.isoformat(),
+            "argv": sys.argv[1:],
+        },
         "machine": _machine(),
         "settings": dataclasses.asdict(sizes),
         "units": UNITS,
@@ -173,7 +200,7 @@ def run_bench(*, quick: bool, out_dir: str, only: str | Sequence[str] | None = N
                 say(no_ray)
         for name, runner in _scenario_runners(ctx, selected):
             if no_ray is not None and name != "ledger":
-                for part in (LIVE if name == "live" else (name,)):
+                for part in LIVE if name == "live" else (name,):
                     if part in selected:
                         doc["scenarios"][part] = {"error": no_ray}
                 continue
@@ -212,9 +239,11 @@ def run_bench(*, quick: bool, out_dir: str, only: str | Sequence[str] | None = N
 
 def _print_summary(doc: dict[str, Any], out: Path, chart_note: str | None) -> None:
     s = doc["summary"]
-    print(f"benchmark ({'quick' if doc['bench']['quick'] else 'full'}) in "
-          f"{doc['bench']['elapsed_s']:.0f}s: {s['targets_met']} targets met, "
-          f"{s['targets_missed']} missed")
+    print(
+        f"benchmark ({'quick' if doc['bench']['quick'] else 'full'}) in "
+        f"{doc['bench']['elapsed_s']:.0f}s: {s['targets_met']} targets met, "
+        f"{s['targets_missed']} missed"
+    )
     for line in s["missed"]:
         print(f"  missed: {line}")
     for line in s["errors"]:

@@ -42,9 +42,11 @@ def render(doc: dict[str, Any]) -> str:
         first = True
         for key, t in scenario.get("targets", {}).items():
             note = f" ({t['note']})" if t.get("note") else ""
-            lines.append(f"| {name if first else ''} | `{key}`{_cell(note)} | "
-                         f"{_value(key, t.get('value'))} | {_target(key, t.get('target', ''))} | "
-                         f"{'yes' if t.get('met') else '**no**'} |")
+            lines.append(
+                f"| {name if first else ''} | `{key}`{_cell(note)} | "
+                f"{_value(key, t.get('value'))} | {_target(key, t.get('target', ''))} | "
+                f"{'yes' if t.get('met') else '**no**'} |"
+            )
             first = False
         for error in scenario.get("errors", []):
             lines.append(f"| {name if first else ''} | error | {_cell(str(error))} | | no |")

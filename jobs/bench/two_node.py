@@ -30,13 +30,18 @@ def run_in_subprocess(url: str, nodes: int, timeout_s: float = TIMEOUT_S + 120) 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS",))}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     proc = subprocess.run(
-        [sys.executable, "-m", "jobs.bench.two_node", "--catalog-url", url,
-         "--nodes", str(nodes)],
-        env=env, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        [sys.executable, "-m", "jobs.bench.two_node", "--catalog-url", url, "--nodes", str(nodes)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        stdin=subprocess.DEVNULL,
+    )
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{nodes}-node sweep exited {proc.returncode}: "
-                           f"{' '.join(proc.stderr.split())[-300:]}")
+        raise RuntimeError(
+            f"{nodes}-node sweep exited {proc.returncode}: {' '.join(proc.stderr.split())[-300:]}"
+        )
     summary = json.loads(lines[-1])
     detail: dict[str, Any] = {"nodes": nodes, "peak_workers": summary["peak_workers"]}
     if not summary["ok"]:
@@ -66,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
         with tempfile.TemporaryDirectory(prefix="driver-review-two-node-") as data_dir:
-            summary = run_sweep(pipeline_config(args.catalog_url),
-                                SweepOptions(data_dir=data_dir, timeout_s=TIMEOUT_S),
-                                Progress(out=io.StringIO()))
+            summary = run_sweep(
+                pipeline_config(args.catalog_url),
+                SweepOptions(data_dir=data_dir, timeout_s=TIMEOUT_S),
+                Progress(out=io.StringIO()),
+            )
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -36,9 +36,14 @@ FIRST_S = 5  # "the first seconds" of a sweep, from its first review call
 
 def sim_settings(ctx: Context, *, headers: bool = False, port: int = 0) -> SimSettings:
     """The catalog every sweep-shaped scenario runs against: same seed, same limit."""
-    return SimSettings(drivers=ctx.sizes.sweep_drivers, seed=SEED,
-                       rate_limit=ctx.sizes.rate_limit, ratelimit_headers=headers,
-                       latency_ms=SWEEP_LATENCY_MS, port=port)
+    return SimSettings(
+        drivers=ctx.sizes.sweep_drivers,
+        seed=SEED,
+        rate_limit=ctx.sizes.rate_limit,
+        ratelimit_headers=headers,
+        latency_ms=SWEEP_LATENCY_MS,
+        port=port,
+    )
 
 
 def sweep_timeout_s(ctx: Context) -> float:
@@ -59,8 +64,9 @@ def measure_sweep(
         started = time.monotonic()
         summary = run_sweep(
             config,
-            SweepOptions(data_dir=data_dir or ctx.scratch(f"sweep-{label}"),
-                         timeout_s=sweep_timeout_s(ctx)),
+            SweepOptions(
+                data_dir=data_dir or ctx.scratch(f"sweep-{label}"), timeout_s=sweep_timeout_s(ctx)
+            ),
             Progress(out=io.StringIO()),
         )
         total_s = time.monotonic() - started
@@ -98,9 +104,11 @@ def measure_sweep(
         "peak_workers": summary["peak_workers"],
         "useful_calls_per_second_series": log.per_second(),
     }
-    say(f"  {label}: {drivers} drivers, {counts['calls']} calls in {active_s or 0:.1f}s "
+    say(
+        f"  {label}: {drivers} drivers, {counts['calls']} calls in {active_s or 0:.1f}s "
         f"active (+{out['startup_s'] or 0:.1f}s start-up), utilization "
-        f"{out['utilization_ratio'] or 0:.3f}, 429s {out['rate_limited_share'] or 0:.2%}")
+        f"{out['utilization_ratio'] or 0:.3f}, 429s {out['rate_limited_share'] or 0:.2%}"
+    )
     return out
 
 
@@ -119,34 +127,46 @@ def run(ctx: Context) -> dict[str, Any]:
     # the limit the first learnt. Cold start is measured and reported apart.
     port, learnt_dir = free_port(), ctx.scratch("sweep-learnt")
     runs = {
-        "no_headers": measure_sweep(ctx, headers=False, label="no-headers", port=port,
-                                    data_dir=learnt_dir),
-        "warm": measure_sweep(ctx, headers=False, label="warm", port=port,
-                              data_dir=learnt_dir),
+        "no_headers": measure_sweep(
+            ctx, headers=False, label="no-headers", port=port, data_dir=learnt_dir
+        ),
+        "warm": measure_sweep(ctx, headers=False, label="warm", port=port, data_dir=learnt_dir),
         "ratelimit_headers": measure_sweep(ctx, headers=True, label="ratelimit-headers"),
     }
     targets: dict[str, Any] = {}
     warm, cold = runs["warm"], runs["no_headers"]
     targets["warm.first_5s_utilization_ratio"] = target(
-        warm["first_5s_utilization_ratio"], ">=", 0.95, "from the first seconds of a warm sweep")
-    targets["warm.started_warm"] = target(1.0 if warm["warm_start"] else 0.0, ">=", 1.0,
-                                          "the second sweep used what the first learnt")
+        warm["first_5s_utilization_ratio"], ">=", 0.95, "from the first seconds of a warm sweep"
+    )
+    targets["warm.started_warm"] = target(
+        1.0 if warm["warm_start"] else 0.0, ">=", 1.0, "the second sweep used what the first learnt"
+    )
     targets["warm.extra_429s"] = target(
-        warm["rate_limited_calls"] - cold["rate_limited_calls"], "<=", 0,
-        "no more 429s than the cold sweep")
+        warm["rate_limited_calls"] - cold["rate_limited_calls"],
+        "<=",
+        0,
+        "no more 429s than the cold sweep",
+    )
     for name, r in runs.items():
         targets[f"{name}.utilization_ratio"] = target(r["utilization_ratio"], ">=", 0.95)
         targets[f"{name}.rate_limited_share"] = target(r["rate_limited_share"], "<=", 0.01)
         targets[f"{name}.wall_to_minimum_ratio"] = target(r["wall_to_minimum_ratio"], "<=", 1.10)
         targets[f"{name}.converged"] = target(
-            ratio(r["converged_drivers"], r["drivers"]), ">=", 1.0,
-            "every driver ends in its true final state")
+            ratio(r["converged_drivers"], r["drivers"]),
+            ">=",
+            1.0,
+            "every driver ends in its true final state",
+        )
     return {
         "what": "one sweep at an undisclosed rate limit R (and with RateLimit headers): "
-                "useful calls/s ÷ R, 429 share, active wall ÷ (necessary calls ÷ R)",
-        "settings": {"drivers": ctx.sizes.sweep_drivers, "rate_limit_per_s": ctx.sizes.rate_limit,
-                     "latency_ms": SWEEP_LATENCY_MS, "seed": SEED,
-                     "pipeline": "shipped default (autoscaling pools)"},
+        "useful calls/s ÷ R, 429 share, active wall ÷ (necessary calls ÷ R)",
+        "settings": {
+            "drivers": ctx.sizes.sweep_drivers,
+            "rate_limit_per_s": ctx.sizes.rate_limit,
+            "latency_ms": SWEEP_LATENCY_MS,
+            "seed": SEED,
+            "pipeline": "shipped default (autoscaling pools)",
+        },
         "runs": runs,
         "targets": targets,
     }

@@ -121,8 +121,10 @@ class WrkLoad:
 
     def __post_init__(self) -> None:
         if self.threads < 1 or self.connections < self.threads:
-            raise ValueError(f"wrk: need 1 <= threads <= connections, got threads="
-                             f"{self.threads}, connections={self.connections}")
+            raise ValueError(
+                f"wrk: need 1 <= threads <= connections, got threads="
+                f"{self.threads}, connections={self.connections}"
+            )
         if not 0 < self.duration_s <= 600:
             raise ValueError(f"wrk: duration_s must be in (0, 600], got {self.duration_s}")
 
@@ -143,14 +145,18 @@ def raw_request(url: str, body: bytes, headers: dict[str, str]) -> bytes:
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise ValueError(f"wrk target must be an http:// URL, got {url!r}")
-    lines = [f"POST {parts.path or '/'} HTTP/1.1", f"Host: {parts.netloc}",
-             f"Content-Length: {len(body)}"]
+    lines = [
+        f"POST {parts.path or '/'} HTTP/1.1",
+        f"Host: {parts.netloc}",
+        f"Content-Length: {len(body)}",
+    ]
     lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() != "content-length"]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
-def write_requests(directory: Path, url: str, pings: Sequence[tuple[bytes, dict[str, str]]],
-                   threads: int) -> None:
+def write_requests(
+    directory: Path, url: str, pings: Sequence[tuple[bytes, dict[str, str]]], threads: int
+) -> None:
     """Deal the signed pings round-robin into one request file per wrk thread."""
     files = [bytearray() for _ in range(threads)]
     for n, (body, headers) in enumerate(pings):
@@ -169,12 +175,17 @@ def script_text(directory: Path) -> str:
 def parse_result(stdout: str) -> dict[str, Any]:
     for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_MARK):
-            return json.loads(line[len(RESULT_MARK):])
+            return json.loads(line[len(RESULT_MARK) :])
     raise WrkError(f"wrk printed no result: {stdout[-500:]!r}")
 
 
-def run_wrk(binary: str, url: str, pings: Sequence[tuple[bytes, dict[str, str]]],
-            load: WrkLoad, scratch: Path) -> dict[str, Any]:
+def run_wrk(
+    binary: str,
+    url: str,
+    pings: Sequence[tuple[bytes, dict[str, str]]],
+    load: WrkLoad,
+    scratch: Path,
+) -> dict[str, Any]:
     """Send ``pings`` (pre-signed, ids unique) to ``url`` with wrk for ``load.duration_s``
     at most; returns the counts and rates. Loopback only: the benchmark's own servers."""
     host = urlsplit(url).hostname
@@ -185,11 +196,29 @@ def run_wrk(binary: str, url: str, pings: Sequence[tuple[bytes, dict[str, str]]]
     script = scratch / "signed.lua"
     script.write_text(script_text(scratch))
     duration = max(1, math.ceil(load.duration_s))
-    cmd = [binary, "-t", str(load.threads), "-c", str(load.connections), "-d", f"{duration}s",
-           "--timeout", f"{REQUEST_TIMEOUT_S}s", "--latency", "-s", str(script), url]
+    cmd = [
+        binary,
+        "-t",
+        str(load.threads),
+        "-c",
+        str(load.connections),
+        "-d",
+        f"{duration}s",
+        "--timeout",
+        f"{REQUEST_TIMEOUT_S}s",
+        "--latency",
+        "-s",
+        str(script),
+        url,
+    ]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True,
-                              timeout=duration + EXIT_GRACE_S, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=duration + EXIT_GRACE_S,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired as exc:
         raise WrkError(f"wrk ran over {duration + EXIT_GRACE_S:.0f}s") from exc
     if proc.returncode != 0:
@@ -197,11 +226,18 @@ def run_wrk(binary: str, url: str, pings: Sequence[tuple[bytes, dict[str, str]]]
     got = parse_result(proc.stdout)
     elapsed_s = got["duration_us"] / 1e6
     return {
-        "pings": len(pings), "sent": got["sent"], "answered": got["answered"],
-        "accepted": got["accepted"], "elapsed_s": elapsed_s,
+        "pings": len(pings),
+        "sent": got["sent"],
+        "answered": got["answered"],
+        "accepted": got["accepted"],
+        "elapsed_s": elapsed_s,
         "accepted_per_s": got["accepted"] / elapsed_s if elapsed_s > 0 else 0.0,
-        "statuses": {"202": got["accepted"], "other_2xx": got["other_2xx"],
-                     "429": got["rate_limited"], "other": got["other"]},
+        "statuses": {
+            "202": got["accepted"],
+            "other_2xx": got["other_2xx"],
+            "429": got["rate_limited"],
+            "other": got["other"],
+        },
         "socket_errors": got["errors"],
         # A thread that ran out of requests stopped early: the rate is then a floor.
         "exhausted_threads": got["exhausted_threads"],

@@ -47,9 +47,13 @@ class S3Server:
 
     def filesystem(self, *, allow_bucket_creation: bool = False) -> pafs.S3FileSystem:
         return pafs.S3FileSystem(
-            access_key=ACCESS_KEY, secret_key=SECRET_KEY, region=REGION, scheme="http",
+            access_key=ACCESS_KEY,
+            secret_key=SECRET_KEY,
+            region=REGION,
+            scheme="http",
             endpoint_override=f"{HOST}:{self.port}",
-            allow_bucket_creation=allow_bucket_creation, allow_bucket_deletion=True,
+            allow_bucket_creation=allow_bucket_creation,
+            allow_bucket_deletion=True,
         )
 
     def create_bucket(self, name: str | None = None) -> str:
@@ -61,13 +65,19 @@ class S3Server:
         """``s3://key:secret@bucket/prefix?endpoint_override=…&scheme=http&region=…``;
         without ``credentials`` the reader needs :meth:`env` (the usual AWS variables)."""
         auth = f"{quote(ACCESS_KEY, safe='')}:{quote(SECRET_KEY, safe='')}@" if credentials else ""
-        return (f"s3://{auth}{bucket}/{prefix.strip('/')}"
-                f"?endpoint_override={quote(self.endpoint, safe='')}&scheme=http&region={REGION}")
+        return (
+            f"s3://{auth}{bucket}/{prefix.strip('/')}"
+            f"?endpoint_override={quote(self.endpoint, safe='')}&scheme=http&region={REGION}"
+        )
 
     def env(self) -> dict[str, str]:
         """The same credentials the usual way, for tools that read the environment."""
-        return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-                "AWS_DEFAULT_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true"}
+        return {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
 
     def log_tail(self, chars: int = 3000) -> str:
         with contextlib.suppress(OSError):
@@ -79,8 +89,9 @@ def _wait_ready(server: S3Server) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
-            raise RuntimeError(f"moto server exited with {server.proc.returncode}:\n"
-                               f"{server.log_tail()}")
+            raise RuntimeError(
+                f"moto server exited with {server.proc.returncode}:\n{server.log_tail()}"
+            )
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{server.endpoint}/moto-api/", timeout=2).status_code < 500:
                 return
@@ -102,7 +113,10 @@ def moto_server() -> Iterator[S3Server]:
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
             start_new_session=True,
         )
     server = S3Server(port, proc, log_path)

@@ -52,8 +52,10 @@ def test_random_worker_cache_and_governor_kills_lose_nothing(
     live.stop()
     done, total = live.sim.state.converged()
     dup = stats["duplicate_decisions"] / max(stats["decisions"], 1)
-    print(f"killed {len(killed)}: {sorted(set(killed))} ({killed.count('worker')} workers); "
-          f"converged {done}/{total}; duplicates {dup:.2%} of {stats['decisions']}")
+    print(
+        f"killed {len(killed)}: {sorted(set(killed))} ({killed.count('worker')} workers); "
+        f"converged {done}/{total}; duplicates {dup:.2%} of {stats['decisions']}"
+    )
     assert ok, f"only {done}/{total} drivers reached their true state: {wrong}"
     assert {"cache", "governor", "worker"} & set(killed)
     assert dup < 0.05
@@ -73,14 +75,21 @@ def test_a_catalog_failing_a_fifth_of_calls_gives_no_wrong_verdict(sim_factory, 
     truth = sim.state.truth()
     rows = read_results(str(tmp_path)).to_pylist()
     # A rejection must name the check the truth names, at the stage the truth names.
-    wrong = [r for r in rows if r["verdict"] == "rejected" and (
-        truth[r["driver_id"]]["version"] == r["version"]
-        and (truth[r["driver_id"]]["stage"], truth[r["driver_id"]]["check"])
-        != (r["stage"], next(iter(dict(r["reasons"]))))
-    )]
+    wrong = [
+        r
+        for r in rows
+        if r["verdict"] == "rejected"
+        and (
+            truth[r["driver_id"]]["version"] == r["version"]
+            and (truth[r["driver_id"]]["stage"], truth[r["driver_id"]]["check"])
+            != (r["stage"], next(iter(dict(r["reasons"]))))
+        )
+    ]
     errors = sum(1 for r in rows if r["verdict"] == "error")
-    print(f"faults {stats['faults']}; converged {done}/{total}; {errors} error rows retried; "
-          f"decisions {summary['decisions']}; wall {summary['wall_s']}s")
+    print(
+        f"faults {stats['faults']}; converged {done}/{total}; {errors} error rows retried; "
+        f"decisions {summary['decisions']}; wall {summary['wall_s']}s"
+    )
     assert not summary["timed_out"]
     assert done == total
     assert wrong == []

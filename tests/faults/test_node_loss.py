@@ -18,8 +18,12 @@ def test_node_with_orchestrator_and_workers_removed_mid_run() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.faults.three_nodes"], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=560,
+        [sys.executable, "-m", "tests.faults.three_nodes"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=560,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

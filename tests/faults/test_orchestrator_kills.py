@@ -49,11 +49,13 @@ def test_ten_orchestrator_kills_lose_nothing(sim_factory, tmp_path, serve_cleanu
     done, total = live.sim.state.converged()
     dup_share = stats["duplicate_decisions"] / max(stats["decisions"], 1)
     resume_s.sort()
-    print(f"10 kills over {run_s:.0f}s, {stats['changes_generated']} changes, "
-          f"{stats['webhooks']} pings; kill-to-resume p50 {resume_s[5]:.2f}s max "
-          f"{resume_s[-1]:.2f}s; converged {done}/{total}; duplicates {dup_share:.2%} of "
-          f"{stats['decisions']}; listings {stats['listing_scans']}; "
-          f"restored from {final['restored_from']}")
+    print(
+        f"10 kills over {run_s:.0f}s, {stats['changes_generated']} changes, "
+        f"{stats['webhooks']} pings; kill-to-resume p50 {resume_s[5]:.2f}s max "
+        f"{resume_s[-1]:.2f}s; converged {done}/{total}; duplicates {dup_share:.2%} of "
+        f"{stats['decisions']}; listings {stats['listing_scans']}; "
+        f"restored from {final['restored_from']}"
+    )
     assert ok, f"only {done}/{total} drivers reached their true state: {wrong}"
     assert stats["changes_generated"] >= 2000
     assert dup_share < 0.05

@@ -47,9 +47,15 @@ def _config_file(directory: Path, catalog_url: str) -> Path:
     """Short windows, so a test sees several polls and snapshots in seconds."""
     config = yaml.safe_load((REPO / "driver_review" / "default_pipeline.yaml").read_text())
     config["catalog"] = {**config.get("catalog", {}), "url": catalog_url}
-    config["window"] = {**config.get("window", {}), "bucket_s": 1.0, "snapshot_s": 1.0,
-                        "lease_s": 10.0, "batch_size": 16, "skew_overlap_s": 2.0,
-                        "freshness_s": 3600.0}
+    config["window"] = {
+        **config.get("window", {}),
+        "bucket_s": 1.0,
+        "snapshot_s": 1.0,
+        "lease_s": 10.0,
+        "batch_size": 16,
+        "skew_overlap_s": 2.0,
+        "freshness_s": 3600.0,
+    }
     config["results"] = {"rollover_s": 1.0}
     path = directory / "pipeline.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -128,20 +134,47 @@ class Service:
                 os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
-def _start_service(*, catalog_url: str, data_dir: str, port: int, admin_port: int,
-                   instance: str,
-                   config: Path, env: dict[str, str], log_path: Path) -> Service:
+def _start_service(
+    *,
+    catalog_url: str,
+    data_dir: str,
+    port: int,
+    admin_port: int,
+    instance: str,
+    config: Path,
+    env: dict[str, str],
+    log_path: Path,
+) -> Service:
     # Unix socket paths are limited to ~107 bytes and Ray nests session dirs under this.
     ray_tmp = tempfile.mkdtemp(prefix="drsv-", dir="/tmp")
-    cmd = [str(VENV_BIN / "driver-review"), "serve", "--catalog-url", catalog_url,
-           "--data-dir", data_dir, "--port", str(port), "--instance", instance,
-           "--config", str(config), "--admin-port", str(admin_port)]
+    cmd = [
+        str(VENV_BIN / "driver-review"),
+        "serve",
+        "--catalog-url",
+        catalog_url,
+        "--data-dir",
+        data_dir,
+        "--port",
+        str(port),
+        "--instance",
+        instance,
+        "--config",
+        str(config),
+        "--admin-port",
+        str(admin_port),
+    ]
     with open(log_path, "ab") as log:
         log.write(f"\n=== start {time.strftime('%X')} ===\n".encode())
         log.flush()
-        proc = subprocess.Popen(cmd, cwd=REPO, env={**env, "RAY_TMPDIR": ray_tmp},
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env={**env, "RAY_TMPDIR": ray_tmp},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     return Service(proc, port, admin_port, ray_tmp, log_path, time.monotonic())
 
 
@@ -150,8 +183,9 @@ def _wait_serving(service: Service, timeout_s: float = STARTUP_TIMEOUT_S) -> dic
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if service.proc.poll() is not None:
-            raise AssertionError(f"serve exited with {service.proc.returncode}:\n"
-                                 f"{service.log_tail()}")
+            raise AssertionError(
+                f"serve exited with {service.proc.returncode}:\n{service.log_tail()}"
+            )
         status = service.status()
         if status is not None and status.get("watermark") is not None:
             return status
@@ -173,8 +207,11 @@ def _start_serving(launch: Callable[[], Service], attempts: int = 3) -> tuple[Se
             return service, _wait_serving(service), attempt - 1
         except AssertionError:
             text = service.log_tail(50_000)
-            if (attempt == attempts or service.proc.poll() is None
-                    or not any(s in text for s in _RAY_STARTUP_FAILURES)):
+            if (
+                attempt == attempts
+                or service.proc.poll() is None
+                or not any(s in text for s in _RAY_STARTUP_FAILURES)
+            ):
                 raise
             print(f"serve launch {attempt}: Ray did not start in time; launching again")
             service.reap()
@@ -227,23 +264,36 @@ def _sim_stats(sim: SimServer) -> dict:
 
 
 @pytest.mark.timeout(1200)
-def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, target,
-                                                      services) -> None:
+def test_serve_killed_whole_resumes_from_its_snapshot(
+    sim_factory, tmp_path, target, services
+) -> None:
     secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
     port, admin_port = free_port(), free_port()
     instance = f"restart-{uuid.uuid4().hex[:6]}"
-    sim = sim_factory(SimSettings(
-        drivers=300, seed=31, update_rate=15.0,
-        webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers", webhook_secret=secret,
-    ))
+    sim = sim_factory(
+        SimSettings(
+            drivers=300,
+            seed=31,
+            update_rate=15.0,
+            webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers",
+            webhook_secret=secret,
+        )
+    )
     config = _config_file(tmp_path, sim.url)
     env = clean_env(**{SECRET_ENV: secret}, **target.env)
     launches = itertools.count(1)
 
     def launch() -> Service:
-        service = _start_service(catalog_url=sim.url, data_dir=target.service_dir, port=port,
-                                 admin_port=admin_port, instance=instance, config=config, env=env,
-                                 log_path=tmp_path / f"serve-{next(launches)}.log")
+        service = _start_service(
+            catalog_url=sim.url,
+            data_dir=target.service_dir,
+            port=port,
+            admin_port=admin_port,
+            instance=instance,
+            config=config,
+            env=env,
+            log_path=tmp_path / f"serve-{next(launches)}.log",
+        )
         services.append(service)
         return service
 
@@ -251,8 +301,7 @@ def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, tar
     started = time.monotonic()
     first, _, retried_first = _start_serving(launch)
     startup_s = time.monotonic() - started
-    assert poll_until(lambda: (first.status() or {}).get("watermark", 0) > 0, 90), \
-        first.log_tail()
+    assert poll_until(lambda: (first.status() or {}).get("watermark", 0) > 0, 90), first.log_tail()
     store = SnapshotStore(target.reader_dir, instance)
     assert poll_until(lambda: store.load() is not None, 30), "no snapshot written"
     assert poll_until(lambda: _sim_stats(sim)["decisions"] >= 100, 120), first.log_tail()
@@ -264,8 +313,9 @@ def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, tar
     first.kill_group()
     killed = time.monotonic()
     assert first.proc.returncode == -signal.SIGKILL
-    assert poll_until(lambda: not first.alive(), GONE_TIMEOUT_S, every_s=0.2), \
+    assert poll_until(lambda: not first.alive(), GONE_TIMEOUT_S, every_s=0.2), (
         f"processes of the killed service still running: {first.alive()}"
+    )
     gone_s = time.monotonic() - killed
     snap = store.load()
     assert snap is not None
@@ -278,15 +328,17 @@ def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, tar
     restarted = time.monotonic()
     second, resumed, retried_second = _start_serving(launch)
     serving_s = time.monotonic() - killed
-    assert poll_until(lambda: _sim_stats(sim)["decisions"] > decisions_at_kill, 120,
-                      every_s=0.1), second.log_tail()
+    assert poll_until(lambda: _sim_stats(sim)["decisions"] > decisions_at_kill, 120, every_s=0.1), (
+        second.log_tail()
+    )
     first_decision_s = time.monotonic() - killed
     # The watermark comes back from the snapshot (never 0, which would mean a bootstrap)
     # and moves on from there.
     assert resumed["watermark"] >= snap.watermark > 0
     assert (resumed.get("ledger") or {}).get("drivers", 0) >= snap.table.num_rows
-    assert poll_until(lambda: (second.status() or {}).get("watermark", 0)
-                      >= before["watermark"], 60), (before["watermark"], second.status())
+    assert poll_until(
+        lambda: (second.status() or {}).get("watermark", 0) >= before["watermark"], 60
+    ), (before["watermark"], second.status())
     after = second.status() or {}
 
     # Loopback, but the simulator shares this process with the test: give it time.
@@ -311,20 +363,25 @@ def test_serve_killed_whole_resumes_from_its_snapshot(sim_factory, tmp_path, tar
     stopped_s = time.monotonic() - stop_started
     final = store.load()
 
-    print(f"serve restart ({'s3' if target.env else 'local'}): first start "
-          f"{startup_s:.1f}s; killed at watermark {before['watermark']:.3f} "
-          f"(snapshot {snap.watermark:.3f}), process group gone in {gone_s:.2f}s; "
-          f"restart launched {restarted - killed:.2f}s after the kill, serving at "
-          f"{serving_s:.1f}s, first decision after restart at {first_decision_s:.1f}s; "
-          f"watermark resumed at {resumed['watermark']:.3f} -> {after.get('watermark', 0):.3f};"
-          f" converged {done}/{total}; listings {stats['listing_scans']}; decisions "
-          f"{stats['decisions']} ({stats['duplicate_decisions']} duplicates); SIGINT stop "
-          f"{stop_s:.1f}s exit {code}, all gone at {stopped_s:.1f}s; launches retried "
-          f"{retried_first}+{retried_second}")
-    assert ok, (f"only {done}/{total} drivers reached their true state; status "
-                f"{second_status}; catalog requests {stats['requests']}")
-    assert stats["listing_scans"]["full"] == full_before, \
+    print(
+        f"serve restart ({'s3' if target.env else 'local'}): first start "
+        f"{startup_s:.1f}s; killed at watermark {before['watermark']:.3f} "
+        f"(snapshot {snap.watermark:.3f}), process group gone in {gone_s:.2f}s; "
+        f"restart launched {restarted - killed:.2f}s after the kill, serving at "
+        f"{serving_s:.1f}s, first decision after restart at {first_decision_s:.1f}s; "
+        f"watermark resumed at {resumed['watermark']:.3f} -> {after.get('watermark', 0):.3f};"
+        f" converged {done}/{total}; listings {stats['listing_scans']}; decisions "
+        f"{stats['decisions']} ({stats['duplicate_decisions']} duplicates); SIGINT stop "
+        f"{stop_s:.1f}s exit {code}, all gone at {stopped_s:.1f}s; launches retried "
+        f"{retried_first}+{retried_second}"
+    )
+    assert ok, (
+        f"only {done}/{total} drivers reached their true state; status "
+        f"{second_status}; catalog requests {stats['requests']}"
+    )
+    assert stats["listing_scans"]["full"] == full_before, (
         "the restart listed the whole catalog again"
+    )
     assert code == 0, f"serve exited with {code} after SIGINT:\n{second.log_tail()}"
     assert not left, f"still running after a clean stop: {left}"
     assert final is not None and final.seq / 1e9 >= sigint_at  # the clean stop's snapshot

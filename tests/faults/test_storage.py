@@ -43,12 +43,19 @@ def s3_dir(s3: S3Server) -> tuple[str, str]:
 
 def _row(i: int, verdict: str = "approved") -> ResultRow:
     return ResultRow(
-        driver_id=f"drv-{i}", version="1.0", stage="intake", verdict=verdict,
+        driver_id=f"drv-{i}",
+        version="1.0",
+        stage="intake",
+        verdict=verdict,
         reasons={} if verdict == "approved" else {"hardware_ids_valid": "bad id"},
-        checks=[{"name": "hardware_ids_valid", "outcome": "passed", "reason": "",
-                 "duration_s": 0.001}],
-        reviewed_at=1_700_000_000.5 + i, queued_at=1_700_000_000.0, duration_s=0.01,
-        lane="fresh", worker="w1",
+        checks=[
+            {"name": "hardware_ids_valid", "outcome": "passed", "reason": "", "duration_s": 0.001}
+        ],
+        reviewed_at=1_700_000_000.5 + i,
+        queued_at=1_700_000_000.0,
+        duration_s=0.01,
+        lane="fresh",
+        worker="w1",
     )
 
 
@@ -87,8 +94,10 @@ def test_results_round_trip_on_s3(s3_dir) -> None:
     started = time.perf_counter()
     table = read_results(uri)
     read_s = time.perf_counter() - started
-    print(f"s3 results: 11 rows in {writer.files} files, write {write_s * 1000:.0f} ms, "
-          f"read {read_s * 1000:.0f} ms")
+    print(
+        f"s3 results: 11 rows in {writer.files} files, write {write_s * 1000:.0f} ms, "
+        f"read {read_s * 1000:.0f} ms"
+    )
     assert table.num_rows == 11
     assert sorted(table.column("driver_id").to_pylist()) == sorted(f"drv-{i}" for i in range(11))
     rejected = table.filter(np.asarray(table.column("verdict").to_pylist()) == "rejected")
@@ -107,8 +116,10 @@ def test_learnt_limits_round_trip_on_s3(s3_dir) -> None:
     entry = {"safe_rate": 58.0, "limit_estimate": 60.0, "header_rate": None, "learnt_at": 9.0}
     store.save({"https://api.vendor.example:443": entry})
     LearntStore(uri).save({"checks": {**entry, "safe_rate": 9.0}})
-    assert LearntStore(uri).load() == {"https://api.vendor.example:443": entry,
-                                       "checks": {**entry, "safe_rate": 9.0}}
+    assert LearntStore(uri).load() == {
+        "https://api.vendor.example:443": entry,
+        "checks": {**entry, "safe_rate": 9.0},
+    }
     fs, _ = resolve(uri)
     names = [i.base_name for i in fs.get_file_info(pafs.FileSelector(f"{path}/governor"))]
     assert names == ["endpoints.json"]
@@ -127,8 +138,7 @@ def test_snapshots_round_trip_on_s3(s3_dir) -> None:
     started = time.perf_counter()
     snap = SnapshotStore(uri, "main").load()  # a fresh store, as after a restart
     load_s = time.perf_counter() - started
-    print(f"s3 snapshot of 200 drivers: write {write_s * 1000:.0f} ms, "
-          f"load {load_s * 1000:.0f} ms")
+    print(f"s3 snapshot of 200 drivers: write {write_s * 1000:.0f} ms, load {load_s * 1000:.0f} ms")
     assert snap is not None and snap.watermark == 1234.5 and snap.path == written
     back = Ledger.from_arrow(snap.table)
     np.testing.assert_array_equal(back.col("version"), ledger.col("version"))
@@ -182,14 +192,19 @@ def test_sweep_writes_one_row_per_decision_to_s3(sim_factory, s3_dir) -> None:
     results = read_results(uri)
     stats = httpx.get(f"{sim.url}/_sim/stats", timeout=30).json()
     done, total = sim.state.converged()
-    print(f"sweep to s3: {summary['drivers']} drivers in {summary['wall_s']:.1f}s, "
-          f"decisions {summary['decisions']}, {results.num_rows} rows under {path}/reviews, "
-          f"converged {done}/{total}")
+    print(
+        f"sweep to s3: {summary['drivers']} drivers in {summary['wall_s']:.1f}s, "
+        f"decisions {summary['decisions']}, {results.num_rows} rows under {path}/reviews, "
+        f"converged {done}/{total}"
+    )
     assert summary["drivers"] == 150 and done == total
     assert results.num_rows == sum(summary["decisions"].values())
     rows = results.select(["driver_id", "version", "stage", "verdict"]).to_pylist()
-    keys = [(r["driver_id"], r["version"], r["stage"]) for r in rows
-            if r["verdict"] in ("approved", "rejected")]
+    keys = [
+        (r["driver_id"], r["version"], r["stage"])
+        for r in rows
+        if r["verdict"] in ("approved", "rejected")
+    ]
     assert len(keys) == len(set(keys)), "more than one decision row per (driver, version, stage)"
     assert len(keys) == stats["decisions"] - stats["duplicate_decisions"]
 
@@ -204,8 +219,9 @@ def test_orchestrator_recovers_from_a_snapshot_on_s3(sim_factory, s3_dir, serve_
     instance = live.system.instance
     assert poll_until(lambda: live.stats()["webhooks"].get("delivered", 0) > 0, 60)
     # The bootstrap snapshot is written as soon as the listing is held.
-    assert poll_until(lambda: live.system.orchestrator.call_sync("stats")
-                      ["snapshots_written"] >= 2, 60)
+    assert poll_until(
+        lambda: live.system.orchestrator.call_sync("stats")["snapshots_written"] >= 2, 60
+    )
     resume_s: list[float] = []
     restored: list[str] = []
     for _ in range(3):
@@ -231,11 +247,13 @@ def test_orchestrator_recovers_from_a_snapshot_on_s3(sim_factory, s3_dir, serve_
     done, total = live.sim.state.converged()
     snap = SnapshotStore(uri, instance).load()
     results = read_results(uri)
-    print(f"s3 recovery: 3 kills, kill-to-resume {[round(s, 2) for s in resume_s]}s; "
-          f"restored from {restored[-1]}; converged {done}/{total}; "
-          f"{stats['changes_generated']} changes, decisions {stats['decisions']} "
-          f"({stats['duplicate_decisions']} duplicates); listings {stats['listing_scans']}; "
-          f"{results.num_rows} result rows on s3")
+    print(
+        f"s3 recovery: 3 kills, kill-to-resume {[round(s, 2) for s in resume_s]}s; "
+        f"restored from {restored[-1]}; converged {done}/{total}; "
+        f"{stats['changes_generated']} changes, decisions {stats['decisions']} "
+        f"({stats['duplicate_decisions']} duplicates); listings {stats['listing_scans']}; "
+        f"{results.num_rows} result rows on s3"
+    )
     assert ok, f"only {done}/{total} drivers reached their true state: {wrong}"
     prefix = f"{path}/snapshots/{instance}/ledger-"
     assert all(r is not None and r.startswith(prefix) for r in restored), restored

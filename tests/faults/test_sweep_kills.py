@@ -36,10 +36,18 @@ pytestmark = [pytest.mark.slow]
 READY_TIMEOUT_S = 180.0
 SWEEP_TIMEOUT_S = 300.0
 #: Killed in this order, each once the sweep has made progress since the last kill.
-KILLS = ("orchestrator", "pool/security", "orchestrator", "worker/intake/*", "cache",
-         "governor", "orchestrator")
+KILLS = (
+    "orchestrator",
+    "pool/security",
+    "orchestrator",
+    "worker/intake/*",
+    "cache",
+    "governor",
+    "orchestrator",
+)
 FAILED_LINE = re.compile(
-    r"^sweep did not finish: timed out after (\d+) s with (\d+) drivers unresolved$")
+    r"^sweep did not finish: timed out after (\d+) s with (\d+) drivers unresolved$"
+)
 
 
 @pytest.fixture(scope="module")
@@ -83,32 +91,60 @@ def test_sweep_survives_every_role_killed(cluster: Cluster, sim_factory, tmp_pat
     t0 = time.monotonic()
     with open(out, "wb") as stdout, open(err, "wb") as stderr:
         sweep = subprocess.Popen(
-            [str(VENV_BIN / "driver-review"), "sweep", "--catalog-url", sim.url,
-             "--config", str(_pipeline(tmp_path / "pipeline.yaml")),
-             "--data-dir", str(tmp_path / "data"), "--json", "--instance", instance,
-             "--timeout-s", str(SWEEP_TIMEOUT_S)],
-            cwd=REPO, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
-    killer = subprocess.Popen([sys.executable, "-m", "tests.faults.actor_killer"], cwd=REPO,
-                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+            [
+                str(VENV_BIN / "driver-review"),
+                "sweep",
+                "--catalog-url",
+                sim.url,
+                "--config",
+                str(_pipeline(tmp_path / "pipeline.yaml")),
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--json",
+                "--instance",
+                instance,
+                "--timeout-s",
+                str(SWEEP_TIMEOUT_S),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+        )
+    killer = subprocess.Popen(
+        [sys.executable, "-m", "tests.faults.actor_killer"],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert killer.stdin is not None and killer.stdout is not None
     done: list[dict[str, Any]] = []
     try:
         assert json.loads(killer.stdout.readline()) == {"ready": True}
-        assert poll_until(lambda: _decisions(sim) > 0 or sweep.poll() is not None,
-                          READY_TIMEOUT_S, every_s=0.25)
+        assert poll_until(
+            lambda: _decisions(sim) > 0 or sweep.poll() is not None, READY_TIMEOUT_S, every_s=0.25
+        )
         for role in KILLS:
             if sweep.poll() is not None:
                 break
             before = _decisions(sim)
             killer.stdin.write(f"kill {instance}/{role}\n")
             killer.stdin.flush()
-            done.append(json.loads(killer.stdout.readline()) | {
-                "at_s": round(time.monotonic() - t0, 1), "in_review": _in_review(sim),
-                "sweep_running": sweep.poll() is None})
+            done.append(
+                json.loads(killer.stdout.readline())
+                | {
+                    "at_s": round(time.monotonic() - t0, 1),
+                    "in_review": _in_review(sim),
+                    "sweep_running": sweep.poll() is None,
+                }
+            )
             # The next kill once the sweep has decided something since this one.
-            poll_until(lambda b=before: _decisions(sim) > b or sweep.poll() is not None, 60,
-                       every_s=0.25)
+            poll_until(
+                lambda b=before: _decisions(sim) > b or sweep.poll() is not None, 60, every_s=0.25
+            )
         rc = sweep.wait(timeout=SWEEP_TIMEOUT_S + 120)
     finally:
         if sweep.poll() is None:
@@ -119,15 +155,21 @@ def test_sweep_survives_every_role_killed(cluster: Cluster, sim_factory, tmp_pat
     wall_s = time.monotonic() - t0
     log = err.read_text(errors="replace")
     done_n, total = sim.state.converged()
-    print(f"\nkills {json.dumps(done)}; sweep exit {rc} after {wall_s:.0f}s; "
-          f"converged {done_n}/{total}")
+    print(
+        f"\nkills {json.dumps(done)}; sweep exit {rc} after {wall_s:.0f}s; "
+        f"converged {done_n}/{total}"
+    )
     print("\n".join(line for line in log.splitlines() if "orchestrator" in line))
     # What the user saw before the fix: exit 0 with most drivers never reviewed.
     assert done_n == total, f"only {done_n}/{total} drivers at their truth:\n{log[-3000:]}"
     assert rc == 0, log[-3000:]
     summary = _last_json(out.read_text())
-    print({k: summary[k] for k in ("orchestrator_restarts", "listings", "confirm_rounds",
-                                   "decisions", "wall_s")})
+    print(
+        {
+            k: summary[k]
+            for k in ("orchestrator_restarts", "listings", "confirm_rounds", "decisions", "wall_s")
+        }
+    )
     assert summary["ok"] and summary["reason"] is None and summary["unresolved"] == 0
     assert summary["final_states"]["in_review"] == 0
     assert sum(summary["final_states"].values()) == total
@@ -135,23 +177,51 @@ def test_sweep_survives_every_role_killed(cluster: Cluster, sim_factory, tmp_pat
     assert len(killed) == len(KILLS), f"the sweep ended before every kill: {done}"
     # Every service came back as a new process. (A stage worker may also be retired by its
     # pool meanwhile, idle after the restart: then it never answers again, by design.)
-    assert all(d["back_s"] is not None for d in done
-               if "/worker/" not in d["killed"] and d["sweep_running"]), json.dumps(done)
+    assert all(
+        d["back_s"] is not None
+        for d in done
+        if "/worker/" not in d["killed"] and d["sweep_running"]
+    ), json.dumps(done)
     assert summary["orchestrator_restarts"] >= 1
 
 
 @pytest.mark.timeout(600)
-def test_sweep_job_that_cannot_finish_fails_with_one_line(cluster: Cluster, sim_factory,
-                                                         tmp_path) -> None:
+def test_sweep_job_that_cannot_finish_fails_with_one_line(
+    cluster: Cluster, sim_factory, tmp_path
+) -> None:
     sim = sim_factory(SimSettings(drivers=300, seed=22, rate_limit=30))
     submission = f"sweep-fail-{uuid.uuid4().hex[:6]}"
-    cmd = [RAY, "job", "submit", "--address", cluster.dashboard_url,
-           "--submission-id", submission, "--",
-           "python", "-m", "jobs.sweep", "--catalog-url", sim.url,
-           "--config", str(_pipeline(tmp_path / "pipeline.yaml")),
-           "--data-dir", str(tmp_path / "data"), "--json", "--timeout-s", "3"]
-    submit = subprocess.run(cmd, cwd=REPO, env=cluster.client_env(), text=True,
-                            capture_output=True, timeout=420, stdin=subprocess.DEVNULL)
+    cmd = [
+        RAY,
+        "job",
+        "submit",
+        "--address",
+        cluster.dashboard_url,
+        "--submission-id",
+        submission,
+        "--",
+        "python",
+        "-m",
+        "jobs.sweep",
+        "--catalog-url",
+        sim.url,
+        "--config",
+        str(_pipeline(tmp_path / "pipeline.yaml")),
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--json",
+        "--timeout-s",
+        "3",
+    ]
+    submit = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=cluster.client_env(),
+        text=True,
+        capture_output=True,
+        timeout=420,
+        stdin=subprocess.DEVNULL,
+    )
     job = cluster.get(f"/api/jobs/{submission}").json()
     logs = cluster.get(f"/api/jobs/{submission}/logs").json()["logs"]
     context = f"{job}\nstderr:\n{submit.stderr[-2000:]}\nlogs:\n{logs[-3000:]}"

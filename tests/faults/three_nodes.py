@@ -39,13 +39,15 @@ def main() -> dict:
     with SimServer(SimSettings(drivers=300, seed=17, update_rate=15.0)).start() as sim:
         data = load_config().model_dump()
         data["catalog"]["url"] = sim.url
-        data["window"].update(bucket_s=1.0, lease_s=10.0, batch_size=16, snapshot_s=1.0,
-                              skew_overlap_s=2.0)
+        data["window"].update(
+            bucket_s=1.0, lease_s=10.0, batch_size=16, snapshot_s=1.0, skew_overlap_s=2.0
+        )
         for stage in data["stages"]:
             stage["pool"].update(min_workers=2)
         config = parse_config(data, source="three-nodes")
-        system = start_system(config, instance="three", data_dir=data_dir, poll=True,
-                              poll_interval_s=1.0)
+        system = start_system(
+            config, instance="three", data_dir=data_dir, poll=True, poll_interval_s=1.0
+        )
         time.sleep(8)  # mid-run: bootstrap done, changes flowing
         orch = system.orchestrator.call_sync("stats")
         orch_node = orch["node_id"]
@@ -75,10 +77,15 @@ def main() -> dict:
     ray.shutdown()
     cluster.shutdown()
     return {
-        "converged": done, "drivers": total, "orchestrator_node_before": orch_node,
-        "orchestrator_node_after": new_node, "workers_on_removed_node": workers_there,
-        "resumed_s": round(resumed_s, 2), "full_listings": stats["listing_scans"]["full"],
-        "duplicates": stats["duplicate_decisions"], "decisions": stats["decisions"],
+        "converged": done,
+        "drivers": total,
+        "orchestrator_node_before": orch_node,
+        "orchestrator_node_after": new_node,
+        "workers_on_removed_node": workers_there,
+        "resumed_s": round(resumed_s, 2),
+        "full_listings": stats["listing_scans"]["full"],
+        "duplicates": stats["duplicate_decisions"],
+        "decisions": stats["decisions"],
     }
 
 

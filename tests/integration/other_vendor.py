@@ -64,9 +64,13 @@ def _ms(iso: str) -> int:
 
 
 def _hub_row(s: dict[str, Any]) -> dict[str, Any]:
-    return {"driverId": s["id"], "rev": s["version"],
-            "phase": s["stage"].upper() if s["stage"] else None,
-            "state": STATES[s["status"]], "modifiedMs": _ms(s["updated_at"])}
+    return {
+        "driverId": s["id"],
+        "rev": s["version"],
+        "phase": s["stage"].upper() if s["stage"] else None,
+        "state": STATES[s["status"]],
+        "modifiedMs": _ms(s["updated_at"]),
+    }
 
 
 # --- the vendor ----------------------------------------------------------------------
@@ -78,12 +82,17 @@ def hub_app(sim_url: str) -> FastAPI:
 
     def passthrough(resp: httpx.Response) -> Response:
         headers = {k: v for k, v in resp.headers.items() if k.lower() in ("retry-after", "etag")}
-        return Response(resp.content, resp.status_code, headers=headers,
-                        media_type=resp.headers.get("content-type"))
+        return Response(
+            resp.content,
+            resp.status_code,
+            headers=headers,
+            media_type=resp.headers.get("content-type"),
+        )
 
     @app.get("/hub/v2/updates")
-    async def updates(offset: int = 0, count: int = 100,
-                      modifiedAfterMs: int | None = None) -> Response:
+    async def updates(
+        offset: int = 0, count: int = 100, modifiedAfterMs: int | None = None
+    ) -> Response:
         path, params = "/v1/drivers", {"limit": "1000"}
         if modifiedAfterMs is not None:
             since = datetime.fromtimestamp(modifiedAfterMs / 1000, UTC).isoformat()
@@ -91,8 +100,7 @@ def hub_app(sim_url: str) -> FastAPI:
         rows: list[dict[str, Any]] = []
         cursor = None
         while True:  # the whole list, then a slice of it: the hub pages by offset
-            resp = await sim.get(path, params={**params, **({"cursor": cursor} if cursor
-                                                            else {})})
+            resp = await sim.get(path, params={**params, **({"cursor": cursor} if cursor else {})})
             if resp.status_code != 200:
                 return passthrough(resp)
             page = resp.json()
@@ -100,34 +108,47 @@ def hub_app(sim_url: str) -> FastAPI:
             cursor = page.get("next_cursor")
             if not cursor:
                 break
-        return JSONResponse({"updates": [_hub_row(r) for r in rows[offset:offset + count]],
-                             "total": len(rows)})
+        return JSONResponse(
+            {"updates": [_hub_row(r) for r in rows[offset : offset + count]], "total": len(rows)}
+        )
 
     @app.get("/hub/v2/updates/{driver_id}")
     async def record(driver_id: str, request: Request) -> Response:
         etag = request.headers.get("if-none-match")
-        resp = await sim.get(f"/v1/drivers/{driver_id}",
-                             headers={"if-none-match": etag} if etag else None)
+        resp = await sim.get(
+            f"/v1/drivers/{driver_id}", headers={"if-none-match": etag} if etag else None
+        )
         if resp.status_code != 200:
             return passthrough(resp)
         r = resp.json()
-        body = {**_hub_row(r), "vendorId": r["vendor_id"], "vendorName": r["vendor"],
-                "title": r["name"], "previousRev": r.get("previous_version"),
-                "hardwareIds": r["hardware_ids"], "os": r.get("os"),
-                "pkg": {"bytes": r["package"]["size"], "sha256": r["package"]["sha256"]},
-                "releasedMs": _ms(r["released_at"]) if r.get("released_at") else None}
+        body = {
+            **_hub_row(r),
+            "vendorId": r["vendor_id"],
+            "vendorName": r["vendor"],
+            "title": r["name"],
+            "previousRev": r.get("previous_version"),
+            "hardwareIds": r["hardware_ids"],
+            "os": r.get("os"),
+            "pkg": {"bytes": r["package"]["size"], "sha256": r["package"]["sha256"]},
+            "releasedMs": _ms(r["released_at"]) if r.get("released_at") else None,
+        }
         return JSONResponse(body, headers={"etag": resp.headers.get("etag", "")})
 
     @app.get("/hub/v2/updates/{driver_id}/blob")
     async def blob(driver_id: str, rev: str | None = None) -> Response:
-        return passthrough(await sim.get(f"/v1/drivers/{driver_id}/package",
-                                         params={"version": rev} if rev else None))
+        return passthrough(
+            await sim.get(
+                f"/v1/drivers/{driver_id}/package", params={"version": rev} if rev else None
+            )
+        )
 
     @app.post("/hub/v2/analyses")
     async def analyses(request: Request) -> Response:
         body = await request.json()
-        resp = await sim.post(f"/v1/checks/{body['analysis']}",
-                              json={"driver_id": body["driverId"], "version": body["rev"]})
+        resp = await sim.post(
+            f"/v1/checks/{body['analysis']}",
+            json={"driver_id": body["driverId"], "version": body["rev"]},
+        )
         if resp.status_code != 200:
             return passthrough(resp)
         answer = resp.json()
@@ -139,15 +160,21 @@ def hub_app(sim_url: str) -> FastAPI:
         verdict = {"ACCEPT": "approved", "DENY": "rejected"}[body["outcome"]]
         resp = await sim.put(
             f"/v1/drivers/{driver_id}/versions/{body['rev']}/reviews/{body['phase'].lower()}",
-            json={"verdict": verdict, "reasons": body.get("notes", {})})
+            json={"verdict": verdict, "reasons": body.get("notes", {})},
+        )
         if resp.status_code != 200:
             return passthrough(resp)
         a = resp.json()
-        return JSONResponse({"driverId": a["driver_id"], "rev": a["version"],
-                             "phase": a["stage"].upper() if a["stage"] else None,
-                             "state": STATES[a["status"]],
-                             "modifiedMs": _ms(a["updated_at"]) if a.get("updated_at") else None,
-                             "repeat": a.get("duplicate", False)})
+        return JSONResponse(
+            {
+                "driverId": a["driver_id"],
+                "rev": a["version"],
+                "phase": a["stage"].upper() if a["stage"] else None,
+                "state": STATES[a["status"]],
+                "modifiedMs": _ms(a["updated_at"]) if a.get("updated_at") else None,
+                "repeat": a.get("duplicate", False),
+            }
+        )
 
     return app
 
@@ -161,8 +188,9 @@ class HubServer:
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         config = uvicorn.Config(hub_app(sim_url), log_level="warning", lifespan="off")
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self.sock]},
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
 
     def start(self) -> HubServer:
         self._thread.start()
@@ -184,8 +212,14 @@ class HubServer:
 class HubCatalog:
     """The :class:`~driver_review.catalog.base.Catalog` over driver hub v2."""
 
-    def __init__(self, config: CatalogConfig, *, limiter: Limiter | None,
-                 on_response: ResponseHook | None, stages: Sequence[str]) -> None:
+    def __init__(
+        self,
+        config: CatalogConfig,
+        *,
+        limiter: Limiter | None,
+        on_response: ResponseHook | None,
+        stages: Sequence[str],
+    ) -> None:
         self.config = config
         self._limiter = limiter
         self._on_response = on_response
@@ -199,17 +233,24 @@ class HubCatalog:
             yield row
 
     async def changes_since(self, since: datetime) -> AsyncIterator[DriverSummary | BadRow]:
-        async for row in self._rows({"modifiedAfterMs": str(int(since.timestamp() * 1000))},
-                                    "changes"):
+        async for row in self._rows(
+            {"modifiedAfterMs": str(int(since.timestamp() * 1000))}, "changes"
+        ):
             yield row
 
-    async def _rows(self, params: dict[str, str], source: str,
-                    ) -> AsyncIterator[DriverSummary | BadRow]:
+    async def _rows(
+        self,
+        params: dict[str, str],
+        source: str,
+    ) -> AsyncIterator[DriverSummary | BadRow]:
         offset = 0
         while True:
-            resp = await self._send("GET /hub/v2/updates", "GET", "/hub/v2/updates",
-                                    params={**params, "offset": str(offset),
-                                            "count": str(self.config.page_size)})
+            resp = await self._send(
+                "GET /hub/v2/updates",
+                "GET",
+                "/hub/v2/updates",
+                params={**params, "offset": str(offset), "count": str(self.config.page_size)},
+            )
             page = resp.json()
             for hub in page["updates"]:
                 raw = _summary(hub)
@@ -223,48 +264,85 @@ class HubCatalog:
                 return
 
     # -- one driver
-    async def get_driver(self, driver_id: str, *, etag: str | None = None,
-                         ) -> tuple[DriverRecord | None, str | None]:
-        resp = await self._send("GET /hub/v2/updates/{id}", "GET", f"/hub/v2/updates/{driver_id}",
-                                headers={"if-none-match": etag} if etag else None,
-                                not_modified=True)
+    async def get_driver(
+        self,
+        driver_id: str,
+        *,
+        etag: str | None = None,
+    ) -> tuple[DriverRecord | None, str | None]:
+        resp = await self._send(
+            "GET /hub/v2/updates/{id}",
+            "GET",
+            f"/hub/v2/updates/{driver_id}",
+            headers={"if-none-match": etag} if etag else None,
+            not_modified=True,
+        )
         if resp.status_code == 304:
             return None, etag
         h = resp.json()
-        record = DriverRecord.model_validate({
-            **_summary(h), "vendor_id": h["vendorId"], "vendor": h["vendorName"],
-            "name": h["title"], "previous_version": h["previousRev"],
-            "hardware_ids": h["hardwareIds"], "os": h["os"],
-            "package": {"size": h["pkg"]["bytes"], "sha256": h["pkg"]["sha256"]},
-            "released_at": _iso(h["releasedMs"]) if h["releasedMs"] else None,
-        })
+        record = DriverRecord.model_validate(
+            {
+                **_summary(h),
+                "vendor_id": h["vendorId"],
+                "vendor": h["vendorName"],
+                "name": h["title"],
+                "previous_version": h["previousRev"],
+                "hardware_ids": h["hardwareIds"],
+                "os": h["os"],
+                "package": {"size": h["pkg"]["bytes"], "sha256": h["pkg"]["sha256"]},
+                "released_at": _iso(h["releasedMs"]) if h["releasedMs"] else None,
+            }
+        )
         return record, resp.headers.get("etag") or None
 
     async def get_package(self, driver_id: str, *, version: str | None = None) -> bytes:
-        resp = await self._send("GET /hub/v2/updates/{id}/blob", "GET",
-                                f"/hub/v2/updates/{driver_id}/blob",
-                                params={"rev": version} if version else None)
+        resp = await self._send(
+            "GET /hub/v2/updates/{id}/blob",
+            "GET",
+            f"/hub/v2/updates/{driver_id}/blob",
+            params={"rev": version} if version else None,
+        )
         return resp.content
 
     async def run_check(self, check: str, driver_id: str, version: str) -> CheckResponse:
-        resp = await self._send("POST /hub/v2/analyses", "POST", "/hub/v2/analyses",
-                                json={"analysis": check, "driverId": driver_id, "rev": version})
-        answer = resp.json()
-        return CheckResponse(check=check, driver_id=driver_id, version=version,
-                             passed=answer["ok"], reason=answer["why"])
-
-    async def put_decision(self, driver_id: str, version: str, stage: str,
-                           decision: DecisionRequest) -> DecisionResponse:
         resp = await self._send(
-            "POST /hub/v2/updates/{id}/reviews", "POST", f"/hub/v2/updates/{driver_id}/reviews",
-            json={"rev": version, "phase": stage.upper(), "notes": decision.reasons,
-                  "outcome": "ACCEPT" if decision.verdict == "approved" else "DENY"})
+            "POST /hub/v2/analyses",
+            "POST",
+            "/hub/v2/analyses",
+            json={"analysis": check, "driverId": driver_id, "rev": version},
+        )
+        answer = resp.json()
+        return CheckResponse(
+            check=check,
+            driver_id=driver_id,
+            version=version,
+            passed=answer["ok"],
+            reason=answer["why"],
+        )
+
+    async def put_decision(
+        self, driver_id: str, version: str, stage: str, decision: DecisionRequest
+    ) -> DecisionResponse:
+        resp = await self._send(
+            "POST /hub/v2/updates/{id}/reviews",
+            "POST",
+            f"/hub/v2/updates/{driver_id}/reviews",
+            json={
+                "rev": version,
+                "phase": stage.upper(),
+                "notes": decision.reasons,
+                "outcome": "ACCEPT" if decision.verdict == "approved" else "DENY",
+            },
+        )
         a = resp.json()
         return DecisionResponse(
-            driver_id=a["driverId"], version=a["rev"],
-            stage=a["phase"].lower() if a["phase"] else None, status=STATUSES[a["state"]],
+            driver_id=a["driverId"],
+            version=a["rev"],
+            stage=a["phase"].lower() if a["phase"] else None,
+            status=STATUSES[a["state"]],
             updated_at=_iso(a["modifiedMs"]) if a["modifiedMs"] else None,
-            duplicate=a["repeat"])
+            duplicate=a["repeat"],
+        )
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -273,8 +351,9 @@ class HubCatalog:
         return {"calls": {route: dict(c) for route, c in self._calls.items()}}
 
     # -- one request: paced, retried on 429/5xx/transport, typed errors otherwise
-    async def _send(self, route: str, method: str, path: str, *, not_modified: bool = False,
-                    **kwargs: Any) -> httpx.Response:
+    async def _send(
+        self, route: str, method: str, path: str, *, not_modified: bool = False, **kwargs: Any
+    ) -> httpx.Response:
         for attempt in range(1, self.config.max_attempts + 1):
             if self._limiter is not None:
                 await self._limiter.acquire()
@@ -320,7 +399,10 @@ def _iso(ms: int) -> str:
 def _summary(hub: dict[str, Any]) -> dict[str, Any]:
     """A hub row in the wire shape; whatever does not translate is left for validation."""
     phase, state, ms = hub.get("phase"), hub.get("state"), hub.get("modifiedMs")
-    return {"id": hub.get("driverId"), "version": hub.get("rev"),
-            "stage": phase.lower() if isinstance(phase, str) else phase,
-            "status": STATUSES.get(state, state),
-            "updated_at": _iso(ms) if isinstance(ms, int) else ms}
+    return {
+        "id": hub.get("driverId"),
+        "version": hub.get("rev"),
+        "stage": phase.lower() if isinstance(phase, str) else phase,
+        "status": STATUSES.get(state, state),
+        "updated_at": _iso(ms) if isinstance(ms, int) else ms,
+    }

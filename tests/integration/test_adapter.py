@@ -28,15 +28,19 @@ def test_a_sweep_through_another_vendors_api_reaches_the_truth(sim_factory, tmp_
     try:
         config = load_config().with_overrides(
             catalog={"url": hub.url, "adapter": ADAPTER, "page_size": 40},
-            window={"lease_s": 30.0, "batch_size": 32}, results={"rollover_s": 2.0},
+            window={"lease_s": 30.0, "batch_size": 32},
+            results={"rollover_s": 2.0},
         )
         summary = run_sweep(config, SweepOptions(data_dir=str(tmp_path), timeout_s=240))
     finally:
         hub.stop()
     truth = httpx.get(f"{sim.url}/_sim/truth", timeout=30).json()["drivers"]
     state = httpx.get(f"{sim.url}/_sim/state", timeout=30).json()["drivers"]
-    wrong = [d for d, t in truth.items()
-             if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])]
+    wrong = [
+        d
+        for d, t in truth.items()
+        if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])
+    ]
     assert len(truth) == 150 and wrong == [], wrong[:5]
     # Every call went through the hub's routes, paced under the hub's own key.
     routes = set(summary["external_calls"])
@@ -47,9 +51,11 @@ def test_a_sweep_through_another_vendors_api_reaches_the_truth(sim_factory, tmp_
 
 
 def test_an_adapter_that_cannot_be_loaded_is_one_line_naming_it() -> None:
-    for spec, says in (("no_such_pkg.mod:make", "cannot import no_such_pkg.mod"),
-                       ("tests.integration.other_vendor:Nope", "has no attribute 'Nope'"),
-                       ("tests.integration.other_vendor:STATES", "is not callable")):
+    for spec, says in (
+        ("no_such_pkg.mod:make", "cannot import no_such_pkg.mod"),
+        ("tests.integration.other_vendor:Nope", "has no attribute 'Nope'"),
+        ("tests.integration.other_vendor:STATES", "is not callable"),
+    ):
         with pytest.raises(ConfigError, match=re.escape(says)) as err:
             load_factory(spec)
         assert "\n" not in str(err.value)

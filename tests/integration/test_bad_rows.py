@@ -28,14 +28,18 @@ def _wrong(url: str, skip: set[str]) -> tuple[int, list[str]]:
     """Drivers (apart from ``skip``) whose catalog state is not their true final state."""
     truth = httpx.get(f"{url}/_sim/truth", timeout=30).json()["drivers"]
     state = httpx.get(f"{url}/_sim/state", timeout=30).json()["drivers"]
-    wrong = [d for d, t in truth.items() if d not in skip
-             and (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])]
+    wrong = [
+        d
+        for d, t in truth.items()
+        if d not in skip and (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])
+    ]
     return len(truth) - len(skip & set(truth)), wrong
 
 
 @pytest.mark.timeout(180)
-def test_a_sweep_with_a_tenth_of_its_rows_bad_finishes_and_reports_them(sim_factory,
-                                                                         tmp_path) -> None:
+def test_a_sweep_with_a_tenth_of_its_rows_bad_finishes_and_reports_them(
+    sim_factory, tmp_path
+) -> None:
     sim = sim_factory(SimSettings(drivers=400, seed=11, bad_rows=0.1))
     data_dir = str(tmp_path / "data")
     started = time.monotonic()
@@ -44,9 +48,11 @@ def test_a_sweep_with_a_tenth_of_its_rows_bad_finishes_and_reports_them(sim_fact
     rendered, lost = sum(bad["rendered"].values()), set(bad["unresolvable"])
     q = summary["quarantined"]
     report = build_report(data_dir)["quarantined"]
-    print(f"sweep with bad rows: {rendered} rendered bad {bad['rendered']}; resolved by id "
-          f"{q['resolved']}, quarantined {q['total']} {q['by_kind']}; report {report['rows']}; "
-          f"{time.monotonic() - started:.1f}s")
+    print(
+        f"sweep with bad rows: {rendered} rendered bad {bad['rendered']}; resolved by id "
+        f"{q['resolved']}, quarantined {q['total']} {q['by_kind']}; report {report['rows']}; "
+        f"{time.monotonic() - started:.1f}s"
+    )
     assert not summary["timed_out"]
     assert rendered >= 20 and len(bad["rendered"]) == 9  # every kind was thrown at it
     # Every bad row of every listing was either resolved to its good record or set aside,
@@ -62,13 +68,19 @@ def test_a_sweep_with_a_tenth_of_its_rows_bad_finishes_and_reports_them(sim_fact
 
 
 @pytest.mark.timeout(180)
-def test_the_poller_advances_its_watermark_past_bad_rows_in_its_changes(sim_factory,
-                                                                       tmp_path) -> None:
+def test_the_poller_advances_its_watermark_past_bad_rows_in_its_changes(
+    sim_factory, tmp_path
+) -> None:
     """Before: one bad row failed its whole changes page, so every poll failed at the same
     row and the watermark never moved again."""
     sim = sim_factory(SimSettings(drivers=120, seed=5, bad_rows=0.3))
-    system = start_system(_config(sim.url), instance=f"qpoll-{uuid.uuid4().hex[:6]}",
-                          data_dir=str(tmp_path), poll=True, poll_interval_s=1.0)
+    system = start_system(
+        _config(sim.url),
+        instance=f"qpoll-{uuid.uuid4().hex[:6]}",
+        data_dir=str(tmp_path),
+        poll=True,
+        poll_interval_s=1.0,
+    )
 
     async def scenario() -> tuple[list[float], dict, dict]:
         marks: list[float] = []
@@ -93,10 +105,12 @@ def test_the_poller_advances_its_watermark_past_bad_rows_in_its_changes(sim_fact
     marks, poller, orch = asyncio.run(scenario())
     bad = httpx.get(f"{sim.url}/_sim/stats", timeout=30).json()["bad_rows"]
     lost = set(bad["unresolvable"])
-    print(f"poller with bad rows: {poller['polls']} polls, {poller['failures']} failed, "
-          f"rows {poller['rows']}; rendered bad {sum(bad['rendered'].values())}; "
-          f"orchestrator quarantined {orch['quarantined']}; watermarks {marks[0]:.1f} → "
-          f"{marks[-1]:.1f}")
+    print(
+        f"poller with bad rows: {poller['polls']} polls, {poller['failures']} failed, "
+        f"rows {poller['rows']}; rendered bad {sum(bad['rendered'].values())}; "
+        f"orchestrator quarantined {orch['quarantined']}; watermarks {marks[0]:.1f} → "
+        f"{marks[-1]:.1f}"
+    )
     assert sum(bad["rendered"].values()) >= 30
     assert poller["failures"] == 0
     # The watermark kept moving with the changes, and never ahead of our clock.

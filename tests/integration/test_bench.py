@@ -30,8 +30,7 @@ RUN_TIMEOUT_S = 840.0
 
 def _env() -> dict[str, str]:
     """This environment without what would point the run at another Ray cluster."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RAY_ADDRESS", "PYTEST_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "PYTEST_"))}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     return env
 
@@ -61,15 +60,21 @@ def test_quick_benchmark_reports_every_scenario_with_numbers(tmp_path: Path) -> 
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "jobs.bench", "--quick", "--out", str(out)],
-            cwd=REPO, env=_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+            cwd=REPO,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the quick benchmark ran over {RUN_TIMEOUT_S:.0f}s: "
-                    f"{str(exc.stderr or '')[-3000:]}")
+        pytest.fail(
+            f"the quick benchmark ran over {RUN_TIMEOUT_S:.0f}s: {str(exc.stderr or '')[-3000:]}"
+        )
     print(proc.stdout)
-    context = (f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
-               f"stderr:\n{proc.stderr[-5000:]}")
+    context = (
+        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
+    )
     assert proc.returncode == 0, context
 
     doc = json.loads((out / "bench.json").read_text())
@@ -85,15 +90,19 @@ def test_quick_benchmark_reports_every_scenario_with_numbers(tmp_path: Path) -> 
         for key, t in result["targets"].items():
             assert isinstance(t["met"], bool) and t["target"], (name, key, t)
 
-    missing = [path for path, v in _leaves(doc["scenarios"], ".scenarios")
-               if v is None or (isinstance(v, float) and math.isnan(v))]
+    missing = [
+        path
+        for path, v in _leaves(doc["scenarios"], ".scenarios")
+        if v is None or (isinstance(v, float) and math.isnan(v))
+    ]
     unexcused = [p for p in missing if not _excused(p, doc)]
     assert not unexcused, f"figures without a value: {unexcused[:20]}"
     # Every peer reaches the truth at some grid setting; one that does not is an error of
     # the run (exit 1 above), never a result.
     for name, peer in doc["scenarios"]["peers"]["peers"].items():
-        assert "error" not in peer and peer["best"]["converged_drivers"] == peer["best"][
-            "drivers"], (name, peer.get("error"))
+        assert (
+            "error" not in peer and peer["best"]["converged_drivers"] == peer["best"]["drivers"]
+        ), (name, peer.get("error"))
 
     # A few figures that must be there as numbers whatever the machine.
     sc = doc["scenarios"]
@@ -101,7 +110,8 @@ def test_quick_benchmark_reports_every_scenario_with_numbers(tmp_path: Path) -> 
     assert sc["cache"]["changed_versions"] >= 1
     assert sc["latency"]["intake_decision"]["n"] > 0
     assert {"plain", "serve_noop", "ingress", "ingress_httpx"} <= set(
-        sc["ingress"]["accepted_per_s"])
+        sc["ingress"]["accepted_per_s"]
+    )
     assert sc["ingress"]["targets"]["held_to_accepted_ratio"]["met"], sc["ingress"]["targets"]
     assert set(sc["ledger"]["sizes"]) == {"50000", "200000"}
     assert sc["isolation"]["throughput_ratio"]["intake"] > 0

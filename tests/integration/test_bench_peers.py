@@ -18,13 +18,17 @@ TINY = dataclasses.replace(QUICK, sweep_drivers=24, rate_limit=100.0)
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("name", "setting"), [
-    ("fanout", {"concurrency": 8}),
-    ("adaptive", {"concurrency": 16}),
-    ("ray_data", {"pool": 2, "batch_size": 8}),
-])
-def test_peer_reaches_the_truth(ray_session: None, tmp_path: Path, name: str,
-                                setting: dict[str, int]) -> None:
+@pytest.mark.parametrize(
+    ("name", "setting"),
+    [
+        ("fanout", {"concurrency": 8}),
+        ("adaptive", {"concurrency": 16}),
+        ("ray_data", {"pool": 2, "batch_size": 8}),
+    ],
+)
+def test_peer_reaches_the_truth(
+    ray_session: None, tmp_path: Path, name: str, setting: dict[str, int]
+) -> None:
     if name == "ray_data" and importlib.util.find_spec("pandas") is None:
         pytest.skip("Ray Data needs pandas (the bench extra)")
     point = measure_point(Context(TINY, tmp_path, quick=True), name, setting, bound_s=60.0)
@@ -38,6 +42,7 @@ def test_peer_reaches_the_truth(ray_session: None, tmp_path: Path, name: str,
 
 @pytest.mark.timeout(60)
 def test_a_peer_out_of_time_is_an_error_not_a_result(ray_session: None, tmp_path: Path) -> None:
-    point = measure_point(Context(TINY, tmp_path, quick=True), "fanout", {"concurrency": 1},
-                          bound_s=0.5)
+    point = measure_point(
+        Context(TINY, tmp_path, quick=True), "fanout", {"concurrency": 1}, bound_s=0.5
+    )
     assert point["error"].startswith(("did not reach the truth", "missed the truth")), point

@@ -42,8 +42,11 @@ DRIVERS = 300
 
 def _config(catalog_url: str, check_url: str) -> Any:
     data = load_config().model_dump(exclude_none=True)
-    data["catalog"].update(url=catalog_url, timeout_s=5.0,
-                           auth={"kind": "bearer", "token_env": "DRIVER_REVIEW_TEST_CATALOG_TOKEN"})
+    data["catalog"].update(
+        url=catalog_url,
+        timeout_s=5.0,
+        auth={"kind": "bearer", "token_env": "DRIVER_REVIEW_TEST_CATALOG_TOKEN"},
+    )
     data["window"].update(lease_s=30.0, batch_size=16)
     data["results"].update(rollover_s=2.0)
     for stage in data["stages"]:
@@ -55,9 +58,13 @@ def _config(catalog_url: str, check_url: str) -> Any:
         "kind": "http",
         "url": f"{check_url}/check?tenant=t1",
         "max_wait_s": 30.0,
-        "auth": {"kind": "oauth2_client_credentials", "token_url": f"{check_url}/token",
-                 "client_id_env": "DRIVER_REVIEW_TEST_SCAN_ID",
-                 "client_secret_env": "DRIVER_REVIEW_TEST_SCAN_SECRET", "scope": "scan"},
+        "auth": {
+            "kind": "oauth2_client_credentials",
+            "token_url": f"{check_url}/token",
+            "client_id_env": "DRIVER_REVIEW_TEST_SCAN_ID",
+            "client_secret_env": "DRIVER_REVIEW_TEST_SCAN_SECRET",
+            "scope": "scan",
+        },
     }
     return parse_config(data, source="test")
 
@@ -76,8 +83,11 @@ def _sims_answer(sim: Any) -> Any:
 def _wrong_vs_truth(url: str) -> tuple[int, list[str]]:
     truth = httpx.get(f"{url}/_sim/truth", timeout=30).json()["drivers"]
     state = httpx.get(f"{url}/_sim/state", timeout=30).json()["drivers"]
-    wrong = [d for d, t in truth.items()
-             if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])]
+    wrong = [
+        d
+        for d, t in truth.items()
+        if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])
+    ]
     return len(truth), wrong
 
 
@@ -94,14 +104,27 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
 ) -> None:
     if os.environ["DRIVER_REVIEW_TEST_SCAN_SECRET"] != CLIENT_SECRET:
         pytest.skip("credentials were set by someone else before this module loaded")
-    sim = sim_factory(SimSettings(drivers=DRIVERS, seed=12, rate_limit=CATALOG_RATE,
-                                  auth="bearer", auth_token=CATALOG_TOKEN))
-    checks = CheckServer(rate=CHECK_RATE, burst=3, client=(CLIENT_ID, CLIENT_SECRET),
-                         token_ttl_s=6.0, answer=_sims_answer(sim)).start()
+    sim = sim_factory(
+        SimSettings(
+            drivers=DRIVERS,
+            seed=12,
+            rate_limit=CATALOG_RATE,
+            auth="bearer",
+            auth_token=CATALOG_TOKEN,
+        )
+    )
+    checks = CheckServer(
+        rate=CHECK_RATE,
+        burst=3,
+        client=(CLIENT_ID, CLIENT_SECRET),
+        token_ttl_s=6.0,
+        answer=_sims_answer(sim),
+    ).start()
     try:
         data_dir = str(tmp_path / "data")
-        watched = watched_sweep(_config(sim.url, checks.url),
-                                SweepOptions(data_dir=data_dir, timeout_s=150))
+        watched = watched_sweep(
+            _config(sim.url, checks.url), SweepOptions(data_dir=data_dir, timeout_s=150)
+        )
     finally:
         checks.stop()
     summary = watched.summary
@@ -114,8 +137,7 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
     stats = sim.state.stats.as_dict()
     catalog_calls = sum(sum(by.values()) for by in stats["requests"].values())
     catalog_401s = sum(by.get("401", 0) for by in stats["requests"].values())
-    figures = (f"catalog: {catalog_calls} calls, {stats['rate_limited']} 429s, "
-               f"{catalog_401s} 401s; ")
+    figures = f"catalog: {catalog_calls} calls, {stats['rate_limited']} 429s, {catalog_401s} 401s; "
     assert catalog_401s == 0, stats["requests"]
     assert stats["rate_limited"] <= 0.01 * catalog_calls, figures
 
@@ -129,17 +151,21 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
     # reach it one by one, the last leave it one by one).
     lo, hi = len(admitted) // 10, len(admitted) * 9 // 10
     steady = (hi - lo) / (admitted[hi] - admitted[lo])
-    figures += (f"check service: {calls} calls, {refused} 429s, {len(admitted)} admitted in "
-                f"{busy_s:.1f}s ({steady:.1f}/s steady, limit {CHECK_RATE:.0f}/s), "
-                f"{checks.tokens_issued} tokens; sweep {summary['wall_s']}s")
+    figures += (
+        f"check service: {calls} calls, {refused} 429s, {len(admitted)} admitted in "
+        f"{busy_s:.1f}s ({steady:.1f}/s steady, limit {CHECK_RATE:.0f}/s), "
+        f"{checks.tokens_issued} tokens; sweep {summary['wall_s']}s"
+    )
     assert checks.statuses[401] == 0 and checks.tokens_issued >= 2, figures
     assert refused <= 0.01 * calls, figures
     per_s = [0] * (int(busy_s) + 1)
     for t in admitted:
         per_s[int(t - admitted[0])] += 1
     gov = summary["governor"][endpoint_key(checks.url)]
-    figures += (f"; admitted per second {per_s}; governor at {gov['rate']:.1f}/s, limit "
-                f"estimate {gov['limit_estimate']}, busy {gov['busy_s']:.1f}s")
+    figures += (
+        f"; admitted per second {per_s}; governor at {gov['rate']:.1f}/s, limit "
+        f"estimate {gov['limit_estimate']}, busy {gov['busy_s']:.1f}s"
+    )
     # Near, not at: cold discovery on a 30-second run settles 10-15% under (the governor
     # bisects upwards only from far below when each 429 costs a Retry-After pause).
     assert steady >= 0.8 * CHECK_RATE, figures
@@ -166,9 +192,14 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
     out, err = capfd.readouterr()
     assert watched.statuses and "driver_review_governor_rate" in watched.metrics
     assert any(check_key in (doc.get("governor") or {}) for doc in watched.statuses)
-    surfaces = {"summary": json.dumps(summary), "stdout": out, "stderr": err,
-                "status": json.dumps(watched.statuses), "metrics": watched.metrics,
-                "parquet": json.dumps(read_results(data_dir).to_pylist(), default=str)}
+    surfaces = {
+        "summary": json.dumps(summary),
+        "stdout": out,
+        "stderr": err,
+        "status": json.dumps(watched.statuses),
+        "metrics": watched.metrics,
+        "parquet": json.dumps(read_results(data_dir).to_pylist(), default=str),
+    }
     for path in _ray_logs():
         surfaces[str(path)] = path.read_text(errors="replace")
     for where, text in surfaces.items():

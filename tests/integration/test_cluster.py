@@ -84,6 +84,7 @@ def _after(words: list[str], *prefix: str) -> list[str] | None:
 
 # -- cluster launcher ------------------------------------------------------------------------
 
+
 def _launcher_config() -> dict[str, Any]:
     return yaml.safe_load((REPO / "cluster.yaml").read_text())
 
@@ -134,6 +135,7 @@ def test_launcher_config_pins_the_head_and_spills() -> None:
 
 
 # -- KubeRay -----------------------------------------------------------------------------------
+
 
 def _check_cluster_spec(spec: dict[str, Any], where: str) -> None:
     head = spec["headGroupSpec"]
@@ -252,8 +254,10 @@ def _converged(sim) -> bool:
 
 def _healthy(url: str, proc: subprocess.Popen, log: Path) -> bool:
     if proc.poll() is not None:
-        pytest.fail(f"driver-review serve exited with {proc.returncode}:\n"
-                    f"{log.read_text(errors='replace')[-4000:]}")
+        pytest.fail(
+            f"driver-review serve exited with {proc.returncode}:\n"
+            f"{log.read_text(errors='replace')[-4000:]}"
+        )
     try:
         return httpx.get(f"{url}/healthz", timeout=5).status_code == 200
     except httpx.HTTPError:
@@ -261,8 +265,7 @@ def _healthy(url: str, proc: subprocess.Popen, log: Path) -> bool:
 
 
 def _actors(cluster: Cluster, instance: str, *, alive: bool = True) -> list[dict[str, Any]]:
-    rows = [a for a in cluster.state("actors")
-            if (a.get("name") or "").startswith(f"{instance}/")]
+    rows = [a for a in cluster.state("actors") if (a.get("name") or "").startswith(f"{instance}/")]
     return [a for a in rows if a["state"] == "ALIVE"] if alive else rows
 
 
@@ -278,19 +281,46 @@ def _text(out: str | bytes | None) -> str:
     return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
 
 
-def _submit_sweep(cluster: Cluster, sim_url: str, config: Path, data_dir: Path,
-                  submission_id: str) -> tuple[subprocess.CompletedProcess, dict, str]:
-    cmd = [RAY, "job", "submit", "--address", cluster.dashboard_url,
-           "--submission-id", submission_id, "--",
-           "python", "-m", "jobs.sweep", "--catalog-url", sim_url, "--config", str(config),
-           "--data-dir", str(data_dir), "--json", "--timeout-s", str(JOB_TIMEOUT_S - 60)]
+def _submit_sweep(
+    cluster: Cluster, sim_url: str, config: Path, data_dir: Path, submission_id: str
+) -> tuple[subprocess.CompletedProcess, dict, str]:
+    cmd = [
+        RAY,
+        "job",
+        "submit",
+        "--address",
+        cluster.dashboard_url,
+        "--submission-id",
+        submission_id,
+        "--",
+        "python",
+        "-m",
+        "jobs.sweep",
+        "--catalog-url",
+        sim_url,
+        "--config",
+        str(config),
+        "--data-dir",
+        str(data_dir),
+        "--json",
+        "--timeout-s",
+        str(JOB_TIMEOUT_S - 60),
+    ]
     try:
-        submit = subprocess.run(cmd, cwd=REPO, env=cluster.client_env(), text=True,
-                                capture_output=True, timeout=JOB_TIMEOUT_S,
-                                stdin=subprocess.DEVNULL)
+        submit = subprocess.run(
+            cmd,
+            cwd=REPO,
+            env=cluster.client_env(),
+            text=True,
+            capture_output=True,
+            timeout=JOB_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"ray job submit still running after {JOB_TIMEOUT_S}s:\n"
-                    f"{_text(exc.stdout)[-3000:]}\n{_text(exc.stderr)[-3000:]}")
+        pytest.fail(
+            f"ray job submit still running after {JOB_TIMEOUT_S}s:\n"
+            f"{_text(exc.stdout)[-3000:]}\n{_text(exc.stderr)[-3000:]}"
+        )
     job = cluster.get(f"/api/jobs/{submission_id}").json()
     logs = cluster.get(f"/api/jobs/{submission_id}/logs").json()["logs"]
     return submit, job, logs
@@ -307,20 +337,23 @@ def _stop_service(proc: subprocess.Popen) -> None:
             proc.wait(timeout=10)
 
 
-def _sweep_phase(cluster: Cluster, head_id: str, worker_id: str, sim_url: str,
-                 config: Path, data_dir: Path) -> dict[str, Any]:
+def _sweep_phase(
+    cluster: Cluster, head_id: str, worker_id: str, sim_url: str, config: Path, data_dir: Path
+) -> dict[str, Any]:
     """A sweep as a Ray job: it succeeds, with its orchestrator pinned to the head (the job
     inherits the head's DRIVER_REVIEW_HEAD_RESOURCE) and its workers on both nodes."""
-    submit, job, logs = _submit_sweep(cluster, sim_url, config, data_dir,
-                                      f"sweep-{uuid.uuid4().hex[:8]}")
+    submit, job, logs = _submit_sweep(
+        cluster, sim_url, config, data_dir, f"sweep-{uuid.uuid4().hex[:8]}"
+    )
     assert job["status"] == "SUCCEEDED" and submit.returncode == 0, (
         f"{job}\nstdout:\n{submit.stdout[-2000:]}\nstderr:\n{submit.stderr[-2000:]}"
-        f"\nlogs:\n{logs[-3000:]}")
+        f"\nlogs:\n{logs[-3000:]}"
+    )
     # The job's own output: the human summary, then the JSON summary as the last line.
     lines = logs.splitlines()
     at = max(i for i, line in enumerate(lines) if line.startswith("{"))
     summary = json.loads(lines[at])
-    assert all(not line.strip() for line in lines[at + 1:]), lines[at + 1:]
+    assert all(not line.strip() for line in lines[at + 1 :]), lines[at + 1 :]
     head = max((i for i in range(at) if lines[i].startswith("sweep ")), default=None)
     assert head is not None, lines[-20:]
     human = lines[head:at]
@@ -336,8 +369,11 @@ def _sweep_phase(cluster: Cluster, head_id: str, worker_id: str, sim_url: str,
     assert sum(summary["final_states"].values()) == SWEEP_DRIVERS
     truth = httpx.get(f"{sim_url}/_sim/truth", timeout=30).json()["drivers"]
     state = httpx.get(f"{sim_url}/_sim/state", timeout=30).json()["drivers"]
-    wrong = [d for d, t in truth.items()
-             if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])]
+    wrong = [
+        d
+        for d, t in truth.items()
+        if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])
+    ]
     assert wrong == [], f"{len(wrong)} drivers differ from truth: {wrong[:5]}"
     assert read_results(str(data_dir)).num_rows > 0
     # Stopped by now, but the GCS keeps dead actors with the node they ran on.
@@ -350,24 +386,28 @@ def _sweep_phase(cluster: Cluster, head_id: str, worker_id: str, sim_url: str,
     return summary
 
 
-def _check_service_placement(cluster: Cluster, instance: str, head_id: str, worker_id: str,
-                             context) -> dict[str, str]:
+def _check_service_placement(
+    cluster: Cluster, instance: str, head_id: str, worker_id: str, context
+) -> dict[str, str]:
     """Stage workers spread over both nodes; orchestrator and governor on the head, because
     they ask for a sliver of its custom resource (and nothing else does)."""
+
     def started() -> list[dict[str, Any]] | None:
         actors = _actors(cluster, instance)
         workers = [a for a in actors if a["class_name"] == "StageWorker"]
         return actors if len(workers) >= 6 else None
 
-    actors = wait_until(started, READY_TIMEOUT_S, "six stage workers alive", every_s=1.0,
-                         context=context)
+    actors = wait_until(
+        started, READY_TIMEOUT_S, "six stage workers alive", every_s=1.0, context=context
+    )
     by_name = {a["name"]: a for a in actors}
     workers = {n: a["node_id"] for n, a in by_name.items() if a["class_name"] == "StageWorker"}
     # SPREAD is best effort: the sweep phase shows workers on both nodes; here, right after
     # it, the service's six once all landed on the head. Where they are is reported.
     assert set(workers.values()) <= {head_id, worker_id}, (
         f"head {head_id}, worker {worker_id}, stage workers {workers}, "
-        f"nodes {_nodes(cluster)}\n{context()}")
+        f"nodes {_nodes(cluster)}\n{context()}"
+    )
     for role in ("orchestrator", "governor"):
         actor = by_name[f"{instance}/{role}"]
         assert actor["node_id"] == head_id, (role, actor["node_id"])
@@ -384,67 +424,117 @@ def test_two_nodes_sweep_job_and_service(sim_factory, tmp_path) -> None:
     loaded machine): a sweep as a Ray job, then the always-on service, stopped by SIGINT."""
     t0 = time.monotonic()
     # Six workers for the service, four for the sweep: enough for SPREAD to use both nodes.
-    config = _pipeline_file(tmp_path / "service.yaml",
-                            {"intake": 2, "security": 2, "compatibility": 2})
-    sweep_config = _pipeline_file(tmp_path / "sweep.yaml",
-                                  {"intake": 2, "security": 1, "compatibility": 1})
+    config = _pipeline_file(
+        tmp_path / "service.yaml", {"intake": 2, "security": 2, "compatibility": 2}
+    )
+    sweep_config = _pipeline_file(
+        tmp_path / "sweep.yaml", {"intake": 2, "security": 1, "compatibility": 1}
+    )
     instance = "main"
     service_log = tmp_path / "serve.log"
     times: dict[str, float] = {}
 
-    with ray_head(num_cpus=2, resources={HEAD_RESOURCE: 1}, ready_timeout_s=READY_TIMEOUT_S,
-                  object_spilling_directory=str(tmp_path / "spill"),
-                  # As cluster.yaml does: every job on the head inherits the variable.
-                  env={HEAD_ENV: HEAD_RESOURCE}) as cluster, \
-            ray_worker(cluster, num_cpus=2, ready_timeout_s=READY_TIMEOUT_S) as worker:
+    with (
+        ray_head(
+            num_cpus=2,
+            resources={HEAD_RESOURCE: 1},
+            ready_timeout_s=READY_TIMEOUT_S,
+            object_spilling_directory=str(tmp_path / "spill"),
+            # As cluster.yaml does: every job on the head inherits the variable.
+            env={HEAD_ENV: HEAD_RESOURCE},
+        ) as cluster,
+        ray_worker(cluster, num_cpus=2, ready_timeout_s=READY_TIMEOUT_S) as worker,
+    ):
         head_id = cluster.head_node_id()
         assert {n["node_id"] for n in cluster.alive_nodes()} == {head_id, worker.node_id}
         times["cluster"] = time.monotonic() - t0
 
         sweep_sim = sim_factory(SimSettings(drivers=SWEEP_DRIVERS, seed=12))
         t_job = time.monotonic()
-        summary = _sweep_phase(cluster, head_id, worker.node_id, sweep_sim.url, sweep_config,
-                               tmp_path / "sweep")
+        summary = _sweep_phase(
+            cluster, head_id, worker.node_id, sweep_sim.url, sweep_config, tmp_path / "sweep"
+        )
         times["job"] = time.monotonic() - t_job
 
         secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
         port, admin_port = free_ports(2, host="")
         url = f"http://127.0.0.1:{port}"
-        service_sim = sim_factory(SimSettings(
-            drivers=SERVICE_DRIVERS, seed=11, update_rate=2.0,
-            webhook_url=f"{url}/webhooks/drivers", webhook_secret=secret))
-        env = cluster.client_env(RAY_ADDRESS=cluster.gcs_address, **{
-            SECRET_ENV: secret, HEAD_ENV: HEAD_RESOURCE})
+        service_sim = sim_factory(
+            SimSettings(
+                drivers=SERVICE_DRIVERS,
+                seed=11,
+                update_rate=2.0,
+                webhook_url=f"{url}/webhooks/drivers",
+                webhook_secret=secret,
+            )
+        )
+        env = cluster.client_env(
+            RAY_ADDRESS=cluster.gcs_address, **{SECRET_ENV: secret, HEAD_ENV: HEAD_RESOURCE}
+        )
         t_service = time.monotonic()
         with open(service_log, "wb") as log:
             service = subprocess.Popen(
-                [str(VENV_BIN / "driver-review"), "serve", "--catalog-url", service_sim.url,
-                 "--config", str(config), "--data-dir", str(tmp_path / "service"),
-                 "--port", str(port), "--admin-port", str(admin_port),
-                 "--instance", instance],
-                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+                [
+                    str(VENV_BIN / "driver-review"),
+                    "serve",
+                    "--catalog-url",
+                    service_sim.url,
+                    "--config",
+                    str(config),
+                    "--data-dir",
+                    str(tmp_path / "service"),
+                    "--port",
+                    str(port),
+                    "--admin-port",
+                    str(admin_port),
+                    "--instance",
+                    instance,
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
         def context() -> str:
-            return (f"service log:\n{service_log.read_text(errors='replace')[-3000:]}\n"
-                    f"head log:\n{cluster.log_tail(1500)}\nworker log:\n"
-                    f"{worker.log_tail(1500)}")
+            return (
+                f"service log:\n{service_log.read_text(errors='replace')[-3000:]}\n"
+                f"head log:\n{cluster.log_tail(1500)}\nworker log:\n"
+                f"{worker.log_tail(1500)}"
+            )
 
         try:
-            wait_until(lambda: _healthy(url, service, service_log), READY_TIMEOUT_S,
-                       "service healthy", context=context)
+            wait_until(
+                lambda: _healthy(url, service, service_log),
+                READY_TIMEOUT_S,
+                "service healthy",
+                context=context,
+            )
             times["service"] = time.monotonic() - t_service
-            workers = _check_service_placement(cluster, instance, head_id, worker.node_id,
-                                               context)
+            workers = _check_service_placement(cluster, instance, head_id, worker.node_id, context)
             # Pings reach the ingress through the Serve proxy and are taken (202).
-            wait_until(lambda: httpx.get(f"{service_sim.url}/_sim/stats", timeout=10).json()
-                       ["webhooks"]["delivered"] > 0, 120, "a webhook delivered",
-                       context=context)
+            wait_until(
+                lambda: (
+                    httpx.get(f"{service_sim.url}/_sim/stats", timeout=10).json()["webhooks"][
+                        "delivered"
+                    ]
+                    > 0
+                ),
+                120,
+                "a webhook delivered",
+                context=context,
+            )
             # Hold the catalog still and let the service catch up with every change.
             httpx.post(f"{service_sim.url}/_sim/pause", timeout=10)
-            wait_until(lambda: _converged(service_sim), CONVERGE_TIMEOUT_S,
-                       "service converged to the catalog's truth", every_s=1.0,
-                       context=lambda: f"{service_sim.state.converged()}\n{context()}")
+            wait_until(
+                lambda: _converged(service_sim),
+                CONVERGE_TIMEOUT_S,
+                "service converged to the catalog's truth",
+                every_s=1.0,
+                context=lambda: f"{service_sim.state.converged()}\n{context()}",
+            )
             times["converged"] = time.monotonic() - t_service
         finally:
             t_stop = time.monotonic()
@@ -462,8 +552,10 @@ def test_two_nodes_sweep_job_and_service(sim_factory, tmp_path) -> None:
         t_down = time.monotonic()
     times["teardown"] = time.monotonic() - t_down
     on_head = sum(node == head_id for node in workers.values())
-    print(f"\ntwo nodes: cluster up {times['cluster']:.1f}s, sweep job {times['job']:.1f}s "
-          f"(sweep {summary['wall_s']:.1f}s), service healthy after {times['service']:.1f}s "
-          f"and converged after {times['converged']:.1f}s, SIGINT stop {times['stop']:.1f}s, "
-          f"teardown {times['teardown']:.1f}s; service workers {on_head} on the head, "
-          f"{len(workers) - on_head} on the other node; total {time.monotonic() - t0:.0f}s")
+    print(
+        f"\ntwo nodes: cluster up {times['cluster']:.1f}s, sweep job {times['job']:.1f}s "
+        f"(sweep {summary['wall_s']:.1f}s), service healthy after {times['service']:.1f}s "
+        f"and converged after {times['converged']:.1f}s, SIGINT stop {times['stop']:.1f}s, "
+        f"teardown {times['teardown']:.1f}s; service workers {on_head} on the head, "
+        f"{len(workers) - on_head} on the other node; total {time.monotonic() - t0:.0f}s"
+    )

@@ -46,8 +46,12 @@ ROUTE = "/webhooks/drivers"
 #: Bounds of the schemathesis run: examples per generation mode, and its wall time.
 FUZZ_EXAMPLES = 120
 FUZZ_BUDGET_S = 45.0
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 
 
 @dataclass
@@ -80,13 +84,22 @@ def live(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     sim = SimServer(SimSettings(drivers=40, seed=5)).start()
     port = free_port()
     instance = f"edge-{uuid.uuid4().hex[:6]}"
-    system = start_service(_config(sim.url), config_path=None, instance=instance,
-                           data_dir=str(tmp_path_factory.mktemp("edge")), host="127.0.0.1",
-                           port=port, poll_interval_s=2.0, admin_host="0.0.0.0", admin_port=0)
+    system = start_service(
+        _config(sim.url),
+        config_path=None,
+        instance=instance,
+        data_dir=str(tmp_path_factory.mktemp("edge")),
+        host="127.0.0.1",
+        port=port,
+        poll_interval_s=2.0,
+        admin_host="0.0.0.0",
+        admin_port=0,
+    )
     admin_port = admin_url(instance).rsplit(":", 1)[1]
     try:
-        yield Live(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}", token,
-                   secret, system, sim)
+        yield Live(
+            f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}", token, secret, system, sim
+        )
     finally:
         stop_service(system)
         sim.stop()
@@ -110,9 +123,16 @@ def test_exposed_admin_without_a_token_refuses_to_start(ray_session: None) -> No
     os.environ.pop(ADMIN_TOKEN_ENV, None)
     try:
         with pytest.raises(ConfigError, match=f"{ADMIN_TOKEN_ENV} is not set") as err:
-            start_service(_config("http://127.0.0.1:9"), config_path=None, instance="never",
-                          data_dir="/nonexistent", host="127.0.0.1", port=free_port(),
-                          admin_host="0.0.0.0", admin_port=0)
+            start_service(
+                _config("http://127.0.0.1:9"),
+                config_path=None,
+                instance="never",
+                data_dir="/nonexistent",
+                host="127.0.0.1",
+                port=free_port(),
+                admin_host="0.0.0.0",
+                admin_port=0,
+            )
         assert "\n" not in str(err.value)
     finally:
         os.environ.clear()
@@ -120,8 +140,11 @@ def test_exposed_admin_without_a_token_refuses_to_start(ray_session: None) -> No
 
 
 def test_admin_requires_the_bearer_token(live: Live, http: httpx.Client) -> None:
-    for headers in ({}, {"authorization": "Bearer wrong-token-of-some-length"},
-                    {"authorization": f"Basic {live.token}"}):
+    for headers in (
+        {},
+        {"authorization": "Bearer wrong-token-of-some-length"},
+        {"authorization": f"Basic {live.token}"},
+    ):
         for path in ("/status", "/drivers/x", "/healthz"):
             response = http.get(live.admin + path, headers=headers)
             assert response.status_code == 401, (path, headers, response.text)
@@ -129,13 +152,17 @@ def test_admin_requires_the_bearer_token(live: Live, http: httpx.Client) -> None
     assert http.get(live.admin + "/healthz", headers=live.auth()).json() == {"status": "ok"}
 
 
-def test_status_and_drivers_live_on_the_admin_endpoint_only(live: Live,
-                                                            http: httpx.Client) -> None:
+def test_status_and_drivers_live_on_the_admin_endpoint_only(live: Live, http: httpx.Client) -> None:
     record = live.sim.state.record(next(iter(live.sim.state.current())))
     body = ping_body(record, fat=False)
-    sent = http.post(live.url + ROUTE, content=body,
-                     headers={"content-type": "application/json",
-                              **signed_headers(live.secret, f"msg_{uuid.uuid4().hex}", body)})
+    sent = http.post(
+        live.url + ROUTE,
+        content=body,
+        headers={
+            "content-type": "application/json",
+            **signed_headers(live.secret, f"msg_{uuid.uuid4().hex}", body),
+        },
+    )
     assert sent.status_code == 202, sent.text
     time.sleep(1.1)  # past the status cache
     status = http.get(live.admin + "/status", headers=live.auth())
@@ -162,8 +189,10 @@ def test_status_is_cached_for_about_a_second(live: Live, http: httpx.Client) -> 
     started = time.monotonic()
     time.sleep(1.1)
     later = at()
-    print(f"\n/status: 21 calls within {time.monotonic() - started + 1.1:.1f}s, "
-          f"{len({first, *answers})} computation(s); after 1.1 s a new one")
+    print(
+        f"\n/status: 21 calls within {time.monotonic() - started + 1.1:.1f}s, "
+        f"{len({first, *answers})} computation(s); after 1.1 s a new one"
+    )
     assert set(answers) <= {first, answers[-1]} and len({first, *answers}) <= 2
     assert later > first
 
@@ -209,10 +238,16 @@ def test_schemathesis_finds_no_5xx_and_nothing_undocumented(live: Live) -> None:
     started = time.monotonic()
 
     def run(mode: GenerationMode) -> None:
-        @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
-        @given(case=webhook.as_strategy(mode), how=st.sampled_from(
-            ["signed", "signed", "unsigned", "garbage"]))
+        @settings(
+            max_examples=FUZZ_EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(
+            case=webhook.as_strategy(mode),
+            how=st.sampled_from(["signed", "signed", "unsigned", "garbage"]),
+        )
         def one(case: Any, how: str) -> None:
             if time.monotonic() - started > FUZZ_BUDGET_S:
                 return  # bounded in time as well as in examples
@@ -230,8 +265,10 @@ def test_schemathesis_finds_no_5xx_and_nothing_undocumented(live: Live) -> None:
             try:
                 case.validate_response(response, checks=CHECKS)
             except (AssertionError, FailureGroup) as failed:
-                failures.append(f"{mode.value}/{how} {response.status_code} "
-                                f"{response.text[:200]!r}: {str(failed)[:600]}")
+                failures.append(
+                    f"{mode.value}/{how} {response.status_code} "
+                    f"{response.text[:200]!r}: {str(failed)[:600]}"
+                )
 
         one()
 
@@ -250,9 +287,11 @@ def test_schemathesis_finds_no_5xx_and_nothing_undocumented(live: Live) -> None:
 
     health()
     elapsed = time.monotonic() - started
-    print(f"\nschemathesis against {live.url}: {sum(tried.values())} requests in "
-          f"{elapsed:.1f}s; by mode/signing {dict(tried)}; statuses "
-          f"{dict(sorted(statuses.items()))}")
+    print(
+        f"\nschemathesis against {live.url}: {sum(tried.values())} requests in "
+        f"{elapsed:.1f}s; by mode/signing {dict(tried)}; statuses "
+        f"{dict(sorted(statuses.items()))}"
+    )
     assert not failures, f"{len(failures)} failures, first: " + "\n".join(failures[:3])
     assert not any(code >= 500 for how, code in statuses if how != "healthz")
     assert statuses[("signed", 202)] >= 1, "no generated ping got past the signature"

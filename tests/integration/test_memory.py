@@ -29,8 +29,9 @@ MIB = 1024 * 1024
 def test_orchestrator_heap_stays_bounded_with_200k_drivers_queued(sim_factory, tmp_path) -> None:
     sim = sim_factory(SimSettings(drivers=DRIVERS, seed=1))
     config = _config(sim.url)
-    system = start_system(config, instance=f"mem-{uuid.uuid4().hex[:6]}",
-                          data_dir=str(tmp_path), autoscale=False)
+    system = start_system(
+        config, instance=f"mem-{uuid.uuid4().hex[:6]}", data_dir=str(tmp_path), autoscale=False
+    )
 
     async def scenario() -> tuple[dict, dict, dict]:
         before = await system.orchestrator.call("stats")
@@ -55,11 +56,13 @@ def test_orchestrator_heap_stays_bounded_with_200k_drivers_queued(sim_factory, t
     before, full, working = asyncio.run(scenario())
     queued = sum(b["queued"] for b in full["backlog"].values())
     growth = full["memory"]["heap"] - before["memory"]["heap"]
-    print(f"200k drivers: {queued} queued in {sum(b['segments'] for b in full['backlog'].values())}"
-          f" object-store segments; orchestrator heap {before['memory']['heap'] / MIB:.0f} MiB"
-          f" -> {full['memory']['heap'] / MIB:.0f} MiB (+{growth / MIB:.0f} MiB, "
-          f"{growth / DRIVERS:.0f} B/driver; ledger columns {full['ledger_bytes'] / MIB:.0f} MiB);"
-          f" while working {working['memory']['heap'] / MIB:.0f} MiB")
+    print(
+        f"200k drivers: {queued} queued in {sum(b['segments'] for b in full['backlog'].values())}"
+        f" object-store segments; orchestrator heap {before['memory']['heap'] / MIB:.0f} MiB"
+        f" -> {full['memory']['heap'] / MIB:.0f} MiB (+{growth / MIB:.0f} MiB, "
+        f"{growth / DRIVERS:.0f} B/driver; ledger columns {full['ledger_bytes'] / MIB:.0f} MiB);"
+        f" while working {working['memory']['heap'] / MIB:.0f} MiB"
+    )
     assert queued > 0.9 * DRIVERS * 0.7  # ~70% of the simulated drivers start in review
     assert growth < HEAP_BOUND_BYTES
     assert working["memory"]["heap"] - before["memory"]["heap"] < HEAP_BOUND_BYTES

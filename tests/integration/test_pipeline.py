@@ -22,8 +22,13 @@ pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 SLOW = "tests.integration.slow_checks:slow"
 
 
-def _config(url: str, *, slow_stage: str | None = None, delay_s: float = 1.0,
-            pools: dict[str, dict] | None = None) -> PipelineConfig:
+def _config(
+    url: str,
+    *,
+    slow_stage: str | None = None,
+    delay_s: float = 1.0,
+    pools: dict[str, dict] | None = None,
+) -> PipelineConfig:
     data = load_config().model_dump()
     data["catalog"]["url"] = url
     data["window"].update(lease_s=60.0, batch_size=16)
@@ -54,20 +59,28 @@ def test_a_slow_stage_does_not_slow_the_others(sim_factory, tmp_path) -> None:
     (a 2 s check on each driver, 8 at a time). Intake's completion rate must hold."""
     sim_fast = sim_factory(SimSettings(drivers=200, seed=11))
     sim_slow = sim_factory(SimSettings(drivers=200, seed=11))
-    fixed = {s: {"min_workers": 1, "max_workers": 1, "max_in_flight": 8}
-             for s in ("intake", "security", "compatibility")}
+    fixed = {
+        s: {"min_workers": 1, "max_workers": 1, "max_in_flight": 8}
+        for s in ("intake", "security", "compatibility")
+    }
     fast_dir, slow_dir = str(tmp_path / "fast"), str(tmp_path / "slow")
-    fast = run_sweep(_config(sim_fast.url, pools=fixed), SweepOptions(data_dir=fast_dir,
-                     timeout_s=300, autoscale=False))
-    slow = run_sweep(_config(sim_slow.url, slow_stage="compatibility", delay_s=2.0, pools=fixed),
-                     SweepOptions(data_dir=slow_dir, timeout_s=300, autoscale=False))
+    fast = run_sweep(
+        _config(sim_fast.url, pools=fixed),
+        SweepOptions(data_dir=fast_dir, timeout_s=300, autoscale=False),
+    )
+    slow = run_sweep(
+        _config(sim_slow.url, slow_stage="compatibility", delay_s=2.0, pools=fixed),
+        SweepOptions(data_dir=slow_dir, timeout_s=300, autoscale=False),
+    )
     assert not fast["timed_out"] and not slow["timed_out"]
     n_fast, intake_fast = _stage_rate(fast_dir, "intake")
     n_slow, intake_slow = _stage_rate(slow_dir, "intake")
     _, compat_fast = _stage_rate(fast_dir, "compatibility")
     _, compat_slow = _stage_rate(slow_dir, "compatibility")
-    print(f"intake: {intake_fast:.1f}/s alone, {intake_slow:.1f}/s beside a slow stage; "
-          f"compatibility: {compat_fast:.1f}/s vs {compat_slow:.1f}/s")
+    print(
+        f"intake: {intake_fast:.1f}/s alone, {intake_slow:.1f}/s beside a slow stage; "
+        f"compatibility: {compat_fast:.1f}/s vs {compat_slow:.1f}/s"
+    )
     assert n_fast == n_slow > 80
     assert compat_slow < compat_fast / 2, "the slow stage was not actually slow"
     # Noise on a shared 2-core machine is large; a stalled intake would be far below this.
@@ -103,8 +116,9 @@ def test_pool_grows_under_backlog_and_shrinks_back_when_idle(sim_factory, tmp_pa
     # machine is loaded (at 8/s, a loaded run drained the backlog before a second worker
     # process had started), so the backlog stays deep until the pool is at its max.
     sim = sim_factory(SimSettings(drivers=150, seed=5))
-    pools = {"security": {"min_workers": 1, "max_workers": 3, "max_in_flight": 2,
-                          "idle_shrink_s": 2.0}}
+    pools = {
+        "security": {"min_workers": 1, "max_workers": 3, "max_in_flight": 2, "idle_shrink_s": 2.0}
+    }
     config = _config(sim.url, slow_stage="security", delay_s=2.0, pools=pools)
     system = start_system(config, instance=f"t-{uuid.uuid4().hex[:6]}", data_dir=str(tmp_path))
 
@@ -117,8 +131,12 @@ def test_pool_grows_under_backlog_and_shrinks_back_when_idle(sim_factory, tmp_pa
         return grew, shrank
 
     grew, shrank = asyncio.run(scenario())
-    print("security workers while busy:", [s["workers"] for s in grew][-10:],
-          "then idle:", [s["workers"] for s in shrank][-10:])
+    print(
+        "security workers while busy:",
+        [s["workers"] for s in grew][-10:],
+        "then idle:",
+        [s["workers"] for s in shrank][-10:],
+    )
     assert grew[-1]["workers"] == 3, grew[-1]["events"]
     assert shrank[-1]["workers"] == 1, shrank[-1]["events"]
     assert any(e["event"] == "drain" and e["reason"] == "idle" for e in shrank[-1]["events"])
@@ -146,8 +164,14 @@ def test_pool_held_by_the_rate_limit_does_not_grow(sim_factory, tmp_path) -> Non
 
     seen = asyncio.run(scenario())
     waiting = [s["waiting_for_permit"] for s in seen]
-    print("security workers:", [s["workers"] for s in seen][-10:], "waiting for permits:",
-          waiting[-10:], "reason:", seen[-1]["last_reason"])
+    print(
+        "security workers:",
+        [s["workers"] for s in seen][-10:],
+        "waiting for permits:",
+        waiting[-10:],
+        "reason:",
+        seen[-1]["last_reason"],
+    )
     assert max(waiting) > 0, "the stage was never held by the governor"
     assert max(s["workers"] for s in seen) == 1
     assert ray.is_initialized()

@@ -30,11 +30,11 @@ def test_a_restarted_pool_skips_worker_names_still_taken(sim_factory, tmp_path) 
     sim = sim_factory(drivers=5, seed=1)
     config = load_config().with_overrides(catalog={"url": sim.url})
     instance = f"names-{uuid.uuid4().hex[:6]}"
-    holder = _Holder.options(name=actor_name(instance, "worker", "intake", "1"),
-                             namespace=NAMESPACE).remote()
+    holder = _Holder.options(
+        name=actor_name(instance, "worker", "intake", "1"), namespace=NAMESPACE
+    ).remote()
     ray.get(holder.stats.remote())
-    system = start_system(config, instance=instance, data_dir=str(tmp_path),
-                          outer_loop=False)
+    system = start_system(config, instance=instance, data_dir=str(tmp_path), outer_loop=False)
     pool = system.pools["intake"]
     try:
         before = set(pool.call_sync("stats")["worker_stats"])

@@ -88,9 +88,12 @@ def test_no_secret_leaves_the_urls_during_a_sweep(sim_factory, tmp_path, caplog)
     result: dict[str, Any] = {}
 
     def sweep() -> None:
-        result["summary"] = run_sweep(
-            config, SweepOptions(data_dir=data_dir, instance=instance, timeout_s=180),
-            Progress(out=open(tmp_path / "progress.txt", "w"), every_s=0.5))  # noqa: SIM115
+        with open(tmp_path / "progress.txt", "w") as progress:
+            result["summary"] = run_sweep(
+                config,
+                SweepOptions(data_dir=data_dir, instance=instance, timeout_s=180),
+                Progress(out=progress, every_s=0.5),
+            )
 
     caplog.set_level(logging.DEBUG)
     thread = threading.Thread(target=sweep)
@@ -125,11 +128,13 @@ def test_no_secret_leaves_the_urls_during_a_sweep(sim_factory, tmp_path, caplog)
             leaks += [f"{path.name}: {s}" for s in secrets if s in text]
     leaks += [f"driver log: {s}" for s in secrets if s in caplog.text]
     leaks += [f"progress: {s}" for s in secrets if s in (tmp_path / "progress.txt").read_text()]
-    print(f"sweep: {summary['drivers']} drivers in {summary['wall_s']:.1f}s, {len(rows)} result "
-          f"rows ({len(errors)} errors), {len(statuses)} status documents, "
-          f"governor keys {governor_keys}, "
-          f"{len(rate_lines)} governor metric lines, {log_lines} log lines searched; "
-          f"the check server was sent the token {len(_CheckServer.tokens)} times")
+    print(
+        f"sweep: {summary['drivers']} drivers in {summary['wall_s']:.1f}s, {len(rows)} result "
+        f"rows ({len(errors)} errors), {len(statuses)} status documents, "
+        f"governor keys {governor_keys}, "
+        f"{len(rate_lines)} governor metric lines, {log_lines} log lines searched; "
+        f"the check server was sent the token {len(_CheckServer.tokens)} times"
+    )
 
     # The secrets went where they belong.
     assert token in _CheckServer.tokens

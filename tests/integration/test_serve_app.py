@@ -87,11 +87,21 @@ class Edge:
     secrets: list[str]
     data_dir: str
 
-    def post(self, client: httpx.Client, body: bytes, *, secret: str | None = None,
-             msg_id: str | None = None, **headers: str) -> httpx.Response:
+    def post(
+        self,
+        client: httpx.Client,
+        body: bytes,
+        *,
+        secret: str | None = None,
+        msg_id: str | None = None,
+        **headers: str,
+    ) -> httpx.Response:
         signed = signed_headers(secret or self.secrets[0], msg_id or _msg_id(), body)
-        return client.post(self.url + ROUTE, content=body,
-                           headers={"content-type": "application/json", **signed, **headers})
+        return client.post(
+            self.url + ROUTE,
+            content=body,
+            headers={"content-type": "application/json", **signed, **headers},
+        )
 
     def events(self) -> int:
         return self.system.orchestrator.call_sync("stats")["counters"]["events"]
@@ -110,19 +120,22 @@ def _msg_id() -> str:
 
 
 def _in_review(sim: SimServer, skip: frozenset[str] | set[str] = frozenset()) -> str:
-    return next(d for d, s in sim.state.current().items()
-                if s["status"] == "in_review" and d not in skip)
+    return next(
+        d for d, s in sim.state.current().items() if s["status"] == "in_review" and d not in skip
+    )
 
 
 def _decisions(sim: SimServer, driver_id: str, version: str) -> list[Any]:
-    return [d for d in list(sim.state.decisions)
-            if d.driver_id == driver_id and d.version == version]
+    return [
+        d for d in list(sim.state.decisions) if d.driver_id == driver_id and d.version == version
+    ]
 
 
 def _start(data_dir: str, config: PipelineConfig, name: str) -> System:
     instance = f"srv-{name}-{uuid.uuid4().hex[:6]}"
-    return start_system(config, instance=instance, data_dir=data_dir, outer_loop=False,
-                        autoscale=False)
+    return start_system(
+        config, instance=instance, data_dir=data_dir, outer_loop=False, autoscale=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -162,8 +175,9 @@ def test_thin_ping_is_accepted_held_and_reviewed(main: Edge, http: httpx.Client)
     # 202 came after intake returned: the orchestrator holds it already.
     entry = main.system.orchestrator.call_sync("driver", driver_id)
     assert entry is not None and entry["version"] == record.version
-    decided = wait_until(lambda: _decisions(main.sim, driver_id, record.version), 30,
-                         "a decision", every_s=0.1)
+    decided = wait_until(
+        lambda: _decisions(main.sim, driver_id, record.version), 30, "a decision", every_s=0.1
+    )
     print(f"\nthin ping: 202 to first decision {decided[0].at.timestamp() - sent:.3f}s")
     assert decided[0].stage == record.stage
 
@@ -175,8 +189,9 @@ def test_fat_ping_fills_the_cache_and_needs_no_fetch(main: Edge, http: httpx.Cli
     record = main.sim.state.record(driver_id)
     response = main.post(http, ping_body(record, fat=True))
     assert response.status_code == 202, response.text
-    wait_until(lambda: _decisions(main.sim, driver_id, record.version), 30, "a decision",
-               every_s=0.1)
+    wait_until(
+        lambda: _decisions(main.sim, driver_id, record.version), 30, "a decision", every_s=0.1
+    )
     after = main.system.cache.call_sync("stats")
     assert after["fills"] == before["fills"] + 1
     assert main.sim.state.stats.fetches_by_version[(driver_id, record.version)] == 0
@@ -194,13 +209,18 @@ def test_unverifiable_messages_are_refused_and_nothing_is_enqueued(
     bare = http.post(main.url + ROUTE, content=body)
     wrong = main.post(http, body, secret=_secret())
     signed = signed_headers(main.secrets[0], _msg_id(), body)
-    tampered = http.post(main.url + ROUTE, content=body.replace(b"in_review", b"published"),
-                         headers=signed)
+    tampered = http.post(
+        main.url + ROUTE, content=body.replace(b"in_review", b"published"), headers=signed
+    )
     old = signed_headers(main.secrets[0], _msg_id(), body, timestamp=int(time.time()) - 3600)
     expired = http.post(main.url + ROUTE, content=body, headers=old)
     details = {}
-    for name, response in (("bare", bare), ("wrong", wrong), ("tampered", tampered),
-                           ("expired", expired)):
+    for name, response in (
+        ("bare", bare),
+        ("wrong", wrong),
+        ("tampered", tampered),
+        ("expired", expired),
+    ):
         assert response.status_code == 401, (name, response.text)
         details[name] = response.json()["detail"]
     assert "missing webhook-id" in details["bare"]
@@ -220,17 +240,22 @@ def test_bad_bodies_get_413_400_422_naming_the_problem(main: Edge, http: httpx.C
 
     too_big = main.post(http, b"{" + b" " * MAX_BODY + b"}")
     assert too_big.status_code == 413 and "byte limit" in too_big.json()["detail"]
-    chunked = http.post(main.url + ROUTE, content=iter([b" " * 40_000] * 3),
-                        headers=signed_headers(main.secrets[0], _msg_id(), b""))
+    chunked = http.post(
+        main.url + ROUTE,
+        content=iter([b" " * 40_000] * 3),
+        headers=signed_headers(main.secrets[0], _msg_id(), b""),
+    )
     assert chunked.status_code == 413, "a body without Content-Length is capped as it is read"
     not_json = main.post(http, b'{"type": "driver.updated", ')
     assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["detail"]
     no_id = {**good, "data": {k: v for k, v in good["data"].items() if k != "id"}}
-    for body, field in ((json.dumps(no_id).encode(), "data.id"),
-                        (variant(stage="nowhere"), "data.stage"),
-                        (variant(version="9" * 40), "data.version"),
-                        (variant(status="lost"), "data.status"),
-                        (b"[]", "(top level)")):
+    for body, field in (
+        (json.dumps(no_id).encode(), "data.id"),
+        (variant(stage="nowhere"), "data.stage"),
+        (variant(version="9" * 40), "data.version"),
+        (variant(status="lost"), "data.status"),
+        (b"[]", "(top level)"),
+    ):
         response = main.post(http, body)
         assert response.status_code == 422, (field, response.text)
         assert response.json()["detail"].startswith(field), response.json()
@@ -257,8 +282,9 @@ def test_hostile_headers_get_4xx_never_5xx_and_nothing_is_kept(
     }
     for name, headers in hostile.items():
         encoded = {k: v.encode("utf-8") for k, v in headers.items()}  # raw bytes on the wire
-        response = http.post(main.url + ROUTE, content=body,
-                             headers={"content-type": "application/json", **encoded})
+        response = http.post(
+            main.url + ROUTE, content=body, headers={"content-type": "application/json", **encoded}
+        )
         assert response.status_code == 401, (name, response.status_code, response.text[:200])
         detail = response.json()["detail"]
         assert "\n" not in detail and len(detail) < 200, (name, detail)
@@ -277,11 +303,18 @@ def test_well_signed_pings_with_bad_data_are_quarantined_by_kind(
     def variant(**data: Any) -> bytes:
         return json.dumps({**good, "data": {**good["data"], **data}}).encode()
 
-    bad = {"id": variant(id=".."), "version": variant(version="1" * 33),
-           "stage": variant(stage="legal_review"),
-           "time": variant(updated_at="2999-01-01T00:00:00Z")}
-    field = {"id": "data.id", "version": "data.version", "stage": "data.stage",
-             "time": "data.updated_at"}
+    bad = {
+        "id": variant(id=".."),
+        "version": variant(version="1" * 33),
+        "stage": variant(stage="legal_review"),
+        "time": variant(updated_at="2999-01-01T00:00:00Z"),
+    }
+    field = {
+        "id": "data.id",
+        "version": "data.version",
+        "stage": "data.stage",
+        "time": "data.updated_at",
+    }
     for kind, body in bad.items():
         msg_id = _msg_id()
         for _ in range(2):  # the sender's retry is refused again, counted once
@@ -343,27 +376,36 @@ def test_serve_config_file_and_builder_args() -> None:
     IngressArgs.model_validate(app.args)
     # Serve validates CLI args (strings) into the builder's annotated model.
     built = call_user_app_builder_with_args_if_necessary(
-        build_app, {"instance": "main", "batch_max": "64"})
+        build_app, {"instance": "main", "batch_max": "64"}
+    )
     assert isinstance(built, serve.Application)
     with pytest.raises(ValidationError, match="batch_max"):
         call_user_app_builder_with_args_if_necessary(build_app, {"batch_max": "0"})
 
 
-def test_an_unreachable_orchestrator_gets_503_not_202(serve_url: str,
-                                                       http: httpx.Client) -> None:
+def test_an_unreachable_orchestrator_gets_503_not_202(serve_url: str, http: httpx.Client) -> None:
     """An app for an instance that is not running: nothing can hold the event, so the
     sender is told to come back (503 + Retry-After), never 202."""
     secret = _secret()
-    _deploy("srv-ghost", "/ghost", f"ghost-{uuid.uuid4().hex[:6]}", [secret],
-            call_timeout_s=1.0, status_timeout_s=0.5)
+    _deploy(
+        "srv-ghost",
+        "/ghost",
+        f"ghost-{uuid.uuid4().hex[:6]}",
+        [secret],
+        call_timeout_s=1.0,
+        status_timeout_s=0.5,
+    )
     try:
         url = serve_url + "/ghost"
         assert http.get(url + "/healthz").status_code == 503
-        body = b'{"type": "driver.updated", "timestamp": "2026-01-01T00:00:00Z", "data": ' \
-               b'{"id": "d1", "version": "1", "stage": "intake", "status": "in_review", ' \
-               b'"updated_at": "2026-01-01T00:00:00Z"}}'
-        response = http.post(url + ROUTE, content=body,
-                             headers=signed_headers(secret, _msg_id(), body))
+        body = (
+            b'{"type": "driver.updated", "timestamp": "2026-01-01T00:00:00Z", "data": '
+            b'{"id": "d1", "version": "1", "stage": "intake", "status": "in_review", '
+            b'"updated_at": "2026-01-01T00:00:00Z"}}'
+        )
+        response = http.post(
+            url + ROUTE, content=body, headers=signed_headers(secret, _msg_id(), body)
+        )
         assert response.status_code == 503, response.text
         assert int(response.headers["retry-after"]) >= 1
     finally:
@@ -383,12 +425,15 @@ def test_missing_secret_fails_the_replica_with_one_line_naming_the_variable(
         with pytest.raises(RuntimeError, match="srv-nosecret failed"):
             serve.run(app, name="srv-nosecret", route_prefix="/nosecret")
         failed_s = time.monotonic() - started
-        message = serve.status().applications["srv-nosecret"].deployments[
-            "DriverReviewIngress"].message
+        message = (
+            serve.status().applications["srv-nosecret"].deployments["DriverReviewIngress"].message
+        )
     finally:
         serve.delete("srv-nosecret")
-    print(f"\nmissing secret: deployment failed after {failed_s:.1f}s: "
-          f"{message.strip().splitlines()[-1]}")
+    print(
+        f"\nmissing secret: deployment failed after {failed_s:.1f}s: "
+        f"{message.strip().splitlines()[-1]}"
+    )
     assert f"ConfigError: webhook secret: environment variable {env} is not set" in message
 
 
@@ -396,9 +441,11 @@ def test_missing_secret_fails_the_replica_with_one_line_naming_the_variable(
 async def _burst(url: str, secret: str, bodies: dict[str, bytes]) -> dict[str, httpx.Response]:
     limits = httpx.Limits(max_connections=len(bodies))
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+
         async def one(body: bytes) -> httpx.Response:
-            return await client.post(url + ROUTE, content=body,
-                                     headers=signed_headers(secret, _msg_id(), body))
+            return await client.post(
+                url + ROUTE, content=body, headers=signed_headers(secret, _msg_id(), body)
+            )
 
         answers = await asyncio.gather(*(one(b) for b in bodies.values()))
     return dict(zip(bodies, answers, strict=True))
@@ -409,14 +456,22 @@ def test_burst_past_the_high_water_mark_gets_429_and_loses_nothing_accepted(
     serve_url: str, tmp_path: Any, http: httpx.Client
 ) -> None:
     sim = SimServer(SimSettings(drivers=200, seed=7)).start()
-    system = _start(str(tmp_path), _config(sim.url, slow_s=2.0, high_water=5, batch_size=4),
-                    "bp")
+    system = _start(str(tmp_path), _config(sim.url, slow_s=2.0, high_water=5, batch_size=4), "bp")
     secret = _secret()
     try:
         # Small batches so a burst spans several intake calls; few requests in flight and
         # a short Serve queue, so Serve's own shedding (429 + Retry-After) can show too.
-        _deploy("srv-bp", "/bp", system.instance, [secret], batch_max=16, batch_wait_s=0.02,
-                max_ongoing_requests=32, max_queued_requests=16, retry_after_s=2)
+        _deploy(
+            "srv-bp",
+            "/bp",
+            system.instance,
+            [secret],
+            batch_max=16,
+            batch_wait_s=0.02,
+            max_ongoing_requests=32,
+            max_queued_requests=16,
+            retry_after_s=2,
+        )
         url = serve_url + "/bp"
         records = {d: sim.state.record(d) for d in list(sim.state.current())[:200]}
         bodies = {d: ping_body(r, fat=False) for d, r in records.items()}
@@ -429,8 +484,10 @@ def test_burst_past_the_high_water_mark_gets_429_and_loses_nothing_accepted(
             assert int(r.headers["retry-after"]) >= 1
         by_ingress = sum(1 for r in refused if _detail(r) == "intake is full")
         ingress = _ingress_stats("srv-bp")
-        print(f"\nburst of {len(bodies)}: {dict(codes)}; 429 from intake {by_ingress}, "
-              f"from Serve's queue limit {len(refused) - by_ingress}; ingress {ingress}")
+        print(
+            f"\nburst of {len(bodies)}: {dict(codes)}; 429 from intake {by_ingress}, "
+            f"from Serve's queue limit {len(refused) - by_ingress}; ingress {ingress}"
+        )
         assert ingress["intake_full"] == by_ingress >= 1
         assert ingress["batches"] < ingress["batched_events"], "no micro-batching happened"
         for driver_id, r in answers.items():
@@ -458,8 +515,10 @@ def _percentiles(values: list[float]) -> str:
     if len(values) < 2:
         return f"n={len(values)} {values}"
     cuts = statistics.quantiles(values, n=100, method="inclusive")
-    return f"n={len(values)} p50 {statistics.median(values):.3f}s p99 {cuts[98]:.3f}s " \
-           f"max {max(values):.3f}s"
+    return (
+        f"n={len(values)} p50 {statistics.median(values):.3f}s p99 {cuts[98]:.3f}s "
+        f"max {max(values):.3f}s"
+    )
 
 
 @pytest.mark.timeout(180)
@@ -476,18 +535,27 @@ def test_simulator_pings_through_serve_get_reviewed(
     try:
         _deploy("srv-e2e", "/e2e", system.instance, [secret])
         started = time.time()
-        sim = SimServer(SimSettings(port=sim_port, drivers=50, seed=2, update_rate=5,
-                                    webhook_url=serve_url + "/e2e" + ROUTE,
-                                    webhook_secret=secret)).start()
+        sim = SimServer(
+            SimSettings(
+                port=sim_port,
+                drivers=50,
+                seed=2,
+                update_rate=5,
+                webhook_url=serve_url + "/e2e" + ROUTE,
+                webhook_secret=secret,
+            )
+        ).start()
 
         def sim_stats() -> dict[str, Any]:
             return http.get(sim_url + "/_sim/stats").json()
 
-        wait_until(lambda: sim_stats()["webhooks"]["delivered"] >= 25, 30, "25 deliveries",
-                   every_s=0.25)
+        wait_until(
+            lambda: sim_stats()["webhooks"]["delivered"] >= 25, 30, "25 deliveries", every_s=0.25
+        )
         http.post(sim_url + "/_sim/pause")  # the catalog holds still from here on
-        wait_until(lambda: sim_stats()["webhooks_pending"] == 0, 30, "the sender to drain",
-                   every_s=0.1)
+        wait_until(
+            lambda: sim_stats()["webhooks_pending"] == 0, 30, "the sender to drain", every_s=0.1
+        )
         changed = {}
         for driver_id in sim.state.current():
             record = sim.state.record(driver_id)
@@ -512,13 +580,20 @@ def test_simulator_pings_through_serve_get_reviewed(
                     rows.setdefault(row["driver_id"], row)
             return rows
 
-        rows = wait_until(lambda: len(first_rows()) == len(changed) and first_rows(), 15,
-                          "result rows", every_s=0.5)
-        accept_to_decision = [(r["reviewed_at"] - r["queued_at"]).total_seconds()
-                              for r in rows.values()]
+        rows = wait_until(
+            lambda: len(first_rows()) == len(changed) and first_rows(),
+            15,
+            "result rows",
+            every_s=0.5,
+        )
+        accept_to_decision = [
+            (r["reviewed_at"] - r["queued_at"]).total_seconds() for r in rows.values()
+        ]
         change_to_decision = [
             min(d.at for d in _decisions(sim, did, rec.version)).timestamp()
-            - rec.released_at.timestamp() for did, rec in changed.items()]
+            - rec.released_at.timestamp()
+            for did, rec in changed.items()
+        ]
         print(f"\nend to end: {len(changed)} changed drivers, webhooks {hooks}")
         print(f"  ping accepted -> first decision: {_percentiles(accept_to_decision)}")
         print(f"  catalog change -> first decision: {_percentiles(change_to_decision)}")

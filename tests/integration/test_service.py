@@ -34,8 +34,13 @@ def test_poller_alone_catches_every_change(sim_factory, tmp_path) -> None:
     current, and the catalog ends equal to its truth."""
     sim = sim_factory(SimSettings(drivers=150, seed=21))
     config = service_config(sim.url)
-    system = start_system(config, instance=f"poll-{uuid.uuid4().hex[:6]}",
-                          data_dir=str(tmp_path), poll=True, poll_interval_s=1.0)
+    system = start_system(
+        config,
+        instance=f"poll-{uuid.uuid4().hex[:6]}",
+        data_dir=str(tmp_path),
+        poll=True,
+        poll_interval_s=1.0,
+    )
 
     async def scenario() -> dict:
         await _until(lambda: system.poller.call("stats"), 30)
@@ -56,8 +61,10 @@ def test_poller_alone_catches_every_change(sim_factory, tmp_path) -> None:
     out = asyncio.run(scenario())
     done, total = sim.state.converged()
     stats = sim.state.stats.as_dict()
-    print(f"poller: {out['poller']['polls']} polls, {out['poller']['changes_read']} changes read;"
-          f" converged {done}/{total}; listings {stats['listing_scans']}")
+    print(
+        f"poller: {out['poller']['polls']} polls, {out['poller']['changes_read']} changes read;"
+        f" converged {done}/{total}; listings {stats['listing_scans']}"
+    )
     assert out["ok"], f"only {done}/{total} drivers reached their true state"
     assert out["poller"]["bootstraps"] == 1
     assert stats["listing_scans"]["full"] == 1  # the bootstrap; everything after is deltas
@@ -71,8 +78,13 @@ def test_freshness_bound_holds(sim_factory, tmp_path) -> None:
     bound_s, window_s = 10.0, 1.0
     sim = sim_factory(SimSettings(drivers=120, seed=4))
     config = service_config(sim.url, freshness_s=bound_s)
-    system = start_system(config, instance=f"fresh-{uuid.uuid4().hex[:6]}",
-                          data_dir=str(tmp_path), poll=True, poll_interval_s=window_s)
+    system = start_system(
+        config,
+        instance=f"fresh-{uuid.uuid4().hex[:6]}",
+        data_dir=str(tmp_path),
+        poll=True,
+        poll_interval_s=window_s,
+    )
 
     async def scenario() -> list[float]:
         async def all_reviewed_once() -> bool:  # drivers never reviewed start infinitely old
@@ -90,8 +102,10 @@ def test_freshness_bound_holds(sim_factory, tmp_path) -> None:
         return ages
 
     ages = asyncio.run(scenario())
-    print(f"oldest review age over {len(ages)} samples: max {max(ages):.2f}s "
-          f"(bound {bound_s}s + window {window_s}s)")
+    print(
+        f"oldest review age over {len(ages)} samples: max {max(ages):.2f}s "
+        f"(bound {bound_s}s + window {window_s}s)"
+    )
     assert max(ages) <= bound_s + window_s
 
 
@@ -105,8 +119,9 @@ def test_a_poll_that_straddles_a_restart_does_not_move_the_watermark(tmp_path) -
     handle = actors.orchestrator(config, instance, outer_loop=False, data_dir=str(tmp_path))
     orch = ActorRef(actor_name(instance, "orchestrator"))
     try:
-        assert orch.call_sync("advance_watermark", 100.0,
-                              orch.call_sync("watermark")[1]) == 100.0  # bootstrap held
+        assert (
+            orch.call_sync("advance_watermark", 100.0, orch.call_sync("watermark")[1]) == 100.0
+        )  # bootstrap held
         mark, incarnation = orch.call_sync("watermark")
         orch.call_sync("intake", [Change("drv-1", "1.0.0.1", 0, Status.IN_REVIEW, 150.0)])
         ray.kill(handle, no_restart=False)  # before its next snapshot

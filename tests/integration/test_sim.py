@@ -347,15 +347,20 @@ def test_webhook_pings_verify_with_standardwebhooks(sim_factory, receiver: Recei
 def test_thin_pings_and_drops_are_counted(sim_factory, receiver: Receiver) -> None:
     sim = sim_factory(drivers=100, seed=8, update_rate=200.0, webhook_drop_rate=0.5,
                       webhook_url=receiver.url, webhook_secret=SECRET)  # fmt: skip
-    wait_until(lambda: sim.state.stats.webhooks["delivered"] >= 20, 10, "20 deliveries",
-               every_s=0.02)
+    wait_until(
+        lambda: sim.state.stats.webhooks["delivered"] >= 20, 10, "20 deliveries", every_s=0.02
+    )
     body = json.loads(receiver.received[0][2])
     assert "record" not in body["data"] and body["data"]["stage"] == "intake"
     counts = sim.state.stats.webhooks
     assert counts["dropped"] > 0 and counts["queued"] > 0
     # Every generated change is either queued or dropped, never lost silently.
-    wait_until(lambda: counts["dropped"] + counts["queued"] == sim.state.stats.changes_generated,
-               10, "every change dropped or queued", every_s=0.02)
+    wait_until(
+        lambda: counts["dropped"] + counts["queued"] == sim.state.stats.changes_generated,
+        10,
+        "every change dropped or queued",
+        every_s=0.02,
+    )
 
 
 @pytest.mark.timeout(30)

@@ -37,11 +37,13 @@ def _first_driver(sim: SimServer, headers: dict[str, str]) -> dict[str, str]:
 
 
 def test_bearer_token_from_the_environment(
-    sim_factory: Callable[..., SimServer], monkeypatch: pytest.MonkeyPatch,
+    sim_factory: Callable[..., SimServer],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("DRIVER_REVIEW_SIM_TOKEN", raising=False)
-    with pytest.raises(ConfigError, match="--auth: bearer needs environment variable "
-                                          "DRIVER_REVIEW_SIM_TOKEN"):
+    with pytest.raises(
+        ConfigError, match="--auth: bearer needs environment variable DRIVER_REVIEW_SIM_TOKEN"
+    ):
         _flags("--auth", "bearer")
     monkeypatch.setenv("DRIVER_REVIEW_SIM_TOKEN", TOKEN)
     settings = _flags("--auth", "bearer", "--port", "0", "--drivers", "5")
@@ -51,26 +53,42 @@ def test_bearer_token_from_the_environment(
         resp = httpx.get(f"{sim.url}/v1/drivers", headers=headers)
         assert resp.status_code == 401 and resp.headers["www-authenticate"] == "Bearer"
         assert TOKEN not in resp.text
-    assert httpx.get(f"{sim.url}/v1/drivers",
-                     headers={"authorization": f"Bearer {TOKEN}"}).status_code == 200
+    assert (
+        httpx.get(f"{sim.url}/v1/drivers", headers={"authorization": f"Bearer {TOKEN}"}).status_code
+        == 200
+    )
     assert httpx.get(f"{sim.url}/_sim/stats").status_code == 200  # the oracle is not gated
     assert httpx.get(f"{sim.url}/_sim/stats").json()["requests"]["GET /v1/drivers"] == {
-        "401": 3, "200": 1}
+        "401": 3,
+        "200": 1,
+    }
 
 
 def test_oauth2_tokens_expire_and_the_client_refreshes(
     sim_factory: Callable[..., SimServer],
 ) -> None:
-    sim = sim_factory(SimSettings(drivers=5, auth="oauth2", client_id=CLIENT_ID,
-                                  client_secret=CLIENT_SECRET, token_ttl_s=1.0))
+    sim = sim_factory(
+        SimSettings(
+            drivers=5,
+            auth="oauth2",
+            client_id=CLIENT_ID,
+            client_secret=CLIENT_SECRET,
+            token_ttl_s=1.0,
+        )
+    )
     url = f"{sim.url}/oauth/token"
     form = {"grant_type": "client_credentials"}
     assert httpx.post(url, data=form, auth=(CLIENT_ID, "wrong")).status_code == 401
-    assert httpx.post(url, data={"grant_type": "password"},
-                      auth=(CLIENT_ID, CLIENT_SECRET)).status_code == 400
+    assert (
+        httpx.post(
+            url, data={"grant_type": "password"}, auth=(CLIENT_ID, CLIENT_SECRET)
+        ).status_code
+        == 400
+    )
     # Basic auth or the form: both are RFC 6749 client authentication.
-    by_form = httpx.post(url, data={**form, "client_id": CLIENT_ID,
-                                    "client_secret": CLIENT_SECRET}).json()
+    by_form = httpx.post(
+        url, data={**form, "client_id": CLIENT_ID, "client_secret": CLIENT_SECRET}
+    ).json()
     token = by_form["access_token"]
     assert by_form["expires_in"] == 1.0 and by_form["token_type"] == "Bearer"
     bearer = {"authorization": f"Bearer {token}"}
@@ -95,9 +113,16 @@ def test_oauth2_tokens_expire_and_the_client_refreshes(
 def test_checks_port_has_its_own_bucket_and_quota(
     sim_factory: Callable[..., SimServer],
 ) -> None:
-    sim = sim_factory(SimSettings(drivers=5, checks_port=0, checks_rate_limit=2,
-                                  checks_rate_burst=1, checks_quota=3,
-                                  checks_quota_window_s=3600))
+    sim = sim_factory(
+        SimSettings(
+            drivers=5,
+            checks_port=0,
+            checks_rate_limit=2,
+            checks_rate_burst=1,
+            checks_quota=3,
+            checks_quota_window_s=3600,
+        )
+    )
     assert sim.checks_url and sim.checks_url != sim.url
     body = _first_driver(sim, {})
     check = f"{sim.checks_url}/v1/checks/malware_scan"
@@ -112,8 +137,7 @@ def test_checks_port_has_its_own_bucket_and_quota(
     assert httpx.post(check, json=body).status_code == 200
     time.sleep(0.6)
     third = httpx.post(check, json=body)
-    assert third.status_code == 200 and third.headers["ratelimit-policy"] == (
-        '"quota";q=3;w=3600')
+    assert third.status_code == 200 and third.headers["ratelimit-policy"] == ('"quota";q=3;w=3600')
     assert third.headers["ratelimit"].startswith('"quota";r=0;t=')
     time.sleep(0.6)
     spent = httpx.post(check, json=body)
@@ -143,27 +167,57 @@ def test_quota_window_refills_at_the_next_window() -> None:
 
 
 def test_probe_authenticates_to_both_ports(
-    sim_factory: Callable[..., SimServer], monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    sim_factory: Callable[..., SimServer],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for name, value in (("DRIVER_REVIEW_SIM_TOKEN", TOKEN),
-                        ("DRIVER_REVIEW_SIM_CLIENT_ID", CLIENT_ID),
-                        ("DRIVER_REVIEW_SIM_CLIENT_SECRET", CLIENT_SECRET),
-                        ("VENDOR_TOKEN", TOKEN), ("SCAN_ID", CLIENT_ID),
-                        ("SCAN_SECRET", CLIENT_SECRET)):
+    for name, value in (
+        ("DRIVER_REVIEW_SIM_TOKEN", TOKEN),
+        ("DRIVER_REVIEW_SIM_CLIENT_ID", CLIENT_ID),
+        ("DRIVER_REVIEW_SIM_CLIENT_SECRET", CLIENT_SECRET),
+        ("VENDOR_TOKEN", TOKEN),
+        ("SCAN_ID", CLIENT_ID),
+        ("SCAN_SECRET", CLIENT_SECRET),
+    ):
         monkeypatch.setenv(name, value)
-    sim = sim_factory(_flags("--port", "0", "--drivers", "10", "--auth", "bearer",
-                             "--checks-port", "0", "--checks-auth", "oauth2",
-                             "--checks-rate-limit", "20"))
+    sim = sim_factory(
+        _flags(
+            "--port",
+            "0",
+            "--drivers",
+            "10",
+            "--auth",
+            "bearer",
+            "--checks-port",
+            "0",
+            "--checks-auth",
+            "oauth2",
+            "--checks-rate-limit",
+            "20",
+        )
+    )
     config = tmp_path / "pipeline.yaml"
-    config.write_text(json.dumps({
-        "stages": [{"name": "security", "checks": ["scanner"]}],
-        "catalog": {"auth": {"kind": "bearer", "token_env": "VENDOR_TOKEN"}},
-        "checks": {"scanner": {
-            "kind": "http", "url": f"{sim.checks_url}/v1/checks/malware_scan",
-            "auth": {"kind": "oauth2_client_credentials", "token_url": f"{sim.url}/oauth/token",
-                     "client_id_env": "SCAN_ID", "client_secret_env": "SCAN_SECRET"}}},
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "stages": [{"name": "security", "checks": ["scanner"]}],
+                "catalog": {"auth": {"kind": "bearer", "token_env": "VENDOR_TOKEN"}},
+                "checks": {
+                    "scanner": {
+                        "kind": "http",
+                        "url": f"{sim.checks_url}/v1/checks/malware_scan",
+                        "auth": {
+                            "kind": "oauth2_client_credentials",
+                            "token_url": f"{sim.url}/oauth/token",
+                            "client_id_env": "SCAN_ID",
+                            "client_secret_env": "SCAN_SECRET",
+                        },
+                    }
+                },
+            }
+        )
+    )
     argv = ["probe", "--catalog-url", sim.url, "--config", str(config), "--check", "scanner"]
     assert main([*argv, "--json"]) == 0
     out = capsys.readouterr().out

@@ -31,8 +31,11 @@ AT_SECURITY = [f"gone-sec-{k}" for k in range(3)]
 
 
 def _config(url: str, **window: Any) -> PipelineConfig:
-    return config_for(url, window=dict(bucket_s=1.0, lease_s=30.0, snapshot_s=0.5) | window,
-                      results={"rollover_s": 1.0})
+    return config_for(
+        url,
+        window=dict(bucket_s=1.0, lease_s=30.0, snapshot_s=0.5) | window,
+        results={"rollover_s": 1.0},
+    )
 
 
 def _write_snapshot_with_legal(data_dir: str, instance: str) -> float:
@@ -72,9 +75,11 @@ def test_a_removed_stage_refuses_the_start_and_never_restarts(sim_factory, tmp_p
     line = str(info.value)
     print(f"refused in {time.monotonic() - started:.2f}s: {line}")
     assert "\n" not in line
-    assert line.startswith(f"pipeline no longer has stage 'legal' but the snapshot of instance "
-                           f"{instance!r} has 7 drivers there; add it back, or migrate them "
-                           f"with --migrate-stage legal=STAGE")
+    assert line.startswith(
+        f"pipeline no longer has stage 'legal' but the snapshot of instance "
+        f"{instance!r} has 7 drivers there; add it back, or migrate them "
+        f"with --migrate-stage legal=STAGE"
+    )
     # Refused before any actor existed: nothing for Ray to restart.
     for role in ("orchestrator", "governor", "cache", "poller"):
         assert not _exists(actor_name(instance, role)), role
@@ -117,8 +122,9 @@ def test_the_migration_option_starts_and_moves_the_drivers(sim_factory, tmp_path
     data_dir, instance = str(tmp_path), f"stages-{uuid.uuid4().hex[:6]}"
     _write_snapshot_with_legal(data_dir, instance)
     config = _config(sim.url, migrate_stages={"legal": "security"})
-    system = start_system(config, instance=instance, data_dir=data_dir, poll=True,
-                          poll_interval_s=1.0)
+    system = start_system(
+        config, instance=instance, data_dir=data_dir, poll=True, poll_interval_s=1.0
+    )
 
     async def scenario() -> tuple[dict, dict, dict]:
         entries = {d: await system.orchestrator.call("driver", d) for d in AT_LEGAL + AT_SECURITY}
@@ -141,6 +147,8 @@ def test_the_migration_option_starts_and_moves_the_drivers(sim_factory, tmp_path
     names = snap.table.column("stage").combine_chunks().dictionary.to_pylist()
     assert names == config.stage_names
     at_security = [d for d in AT_LEGAL if back.target(back.row(d))[1] == 1]
-    print(f"migrated {len(at_security)}/{len(AT_LEGAL)} drivers from legal to security; "
-          f"{stats['ledger']['drivers']} drivers in the ledger")
+    print(
+        f"migrated {len(at_security)}/{len(AT_LEGAL)} drivers from legal to security; "
+        f"{stats['ledger']['drivers']} drivers in the ledger"
+    )
     assert at_security == AT_LEGAL

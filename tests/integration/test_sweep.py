@@ -24,7 +24,8 @@ def _state_matches_truth(url: str) -> tuple[int, list[str]]:
     truth = httpx.get(f"{url}/_sim/truth", timeout=30).json()["drivers"]
     state = httpx.get(f"{url}/_sim/state", timeout=30).json()["drivers"]
     wrong = [
-        d for d, t in truth.items()
+        d
+        for d, t in truth.items()
         if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])
     ]
     return len(truth), wrong
@@ -35,8 +36,10 @@ def test_sweep_of_2000_drivers_at_an_undisclosed_rate_limit(sim_factory, tmp_pat
     sim = sim_factory(SimSettings(drivers=2000, seed=7, rate_limit=100))
     data_dir = str(tmp_path / "data")
     summary = run_sweep(sweep_config(sim.url), SweepOptions(data_dir=data_dir, timeout_s=500))
-    print("sweep summary:", {k: summary[k] for k in
-                             ("wall_s", "achieved_rps", "rate_limited_share", "decisions")})
+    print(
+        "sweep summary:",
+        {k: summary[k] for k in ("wall_s", "achieved_rps", "rate_limited_share", "decisions")},
+    )
     assert not summary["timed_out"]
 
     total, wrong = _state_matches_truth(sim.url)
@@ -48,11 +51,16 @@ def test_sweep_of_2000_drivers_at_an_undisclosed_rate_limit(sim_factory, tmp_pat
     assert stats["max_fetches_per_version"] <= 1
 
     results = read_results(data_dir)
-    decided = results.filter(
-        results.column("verdict").to_numpy(zero_copy_only=False) != "confirmed"
-    ).select(["driver_id", "version", "stage", "verdict"]).to_pylist()
-    keys = [(r["driver_id"], r["version"], r["stage"]) for r in decided
-            if r["verdict"] in ("approved", "rejected")]
+    decided = (
+        results.filter(results.column("verdict").to_numpy(zero_copy_only=False) != "confirmed")
+        .select(["driver_id", "version", "stage", "verdict"])
+        .to_pylist()
+    )
+    keys = [
+        (r["driver_id"], r["version"], r["stage"])
+        for r in decided
+        if r["verdict"] in ("approved", "rejected")
+    ]
     assert len(keys) == len(set(keys)), "more than one decision row per (driver, version, stage)"
     assert len(keys) == stats["decisions"] - stats["duplicate_decisions"]
 
@@ -64,9 +72,14 @@ def test_sweep_trusts_no_quiescence_from_a_restarted_orchestrator(sim_factory, t
     sim = sim_factory(SimSettings(drivers=150, seed=8, rate_limit=40))
     instance = f"sweep-{uuid.uuid4().hex[:8]}"
     out: dict[str, Any] = {}
-    sweep = threading.Thread(target=lambda: out.update(run_sweep(
-        sweep_config(sim.url), SweepOptions(data_dir=str(tmp_path), instance=instance,
-                                            timeout_s=240))))
+    sweep = threading.Thread(
+        target=lambda: out.update(
+            run_sweep(
+                sweep_config(sim.url),
+                SweepOptions(data_dir=str(tmp_path), instance=instance, timeout_s=240),
+            )
+        )
+    )
     sweep.start()
     deadline = time.monotonic() + 120
     while sim.state.stats.as_dict()["decisions"] < 10 and time.monotonic() < deadline:

@@ -21,12 +21,18 @@ pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
 @pytest.mark.timeout(300)
 def test_thin_pings_are_looked_up_and_reviewed_within_seconds(sim_factory, tmp_path) -> None:
-    secret = os.environ.setdefault(SECRET_ENV,
-                                   "whsec_" + base64.b64encode(os.urandom(24)).decode())
+    secret = os.environ.setdefault(SECRET_ENV, "whsec_" + base64.b64encode(os.urandom(24)).decode())
     port = free_port()
-    sim = sim_factory(SimSettings(
-        drivers=60, seed=4, thin_pings=True, update_rate=4.0,
-        webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers", webhook_secret=secret))
+    sim = sim_factory(
+        SimSettings(
+            drivers=60,
+            seed=4,
+            thin_pings=True,
+            update_rate=4.0,
+            webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers",
+            webhook_secret=secret,
+        )
+    )
     data = load_config().model_dump()
     data["catalog"].update(url=sim.url, timeout_s=3.0)
     data["window"].update(bucket_s=1.0, lease_s=10.0, batch_size=16, freshness_s=3600.0)
@@ -34,9 +40,16 @@ def test_thin_pings_are_looked_up_and_reviewed_within_seconds(sim_factory, tmp_p
     config = parse_config(data, source="test")
     # The poller lists the catalog once at start and then not for ten minutes: whatever
     # is reviewed after the bootstrap came through the pings.
-    system = start_service(config, config_path=None, instance=f"thin-{uuid.uuid4().hex[:6]}",
-                           data_dir=str(tmp_path), host="127.0.0.1", port=port,
-                           poll_interval_s=600.0, admin_port=0)
+    system = start_service(
+        config,
+        config_path=None,
+        instance=f"thin-{uuid.uuid4().hex[:6]}",
+        data_dir=str(tmp_path),
+        host="127.0.0.1",
+        port=port,
+        poll_interval_s=600.0,
+        admin_port=0,
+    )
     try:
         time.sleep(8.0)  # changes at 4/s, each announced by a thin ping
         httpx.post(f"{sim.url}/_sim/pause", timeout=10)
@@ -49,8 +62,10 @@ def test_thin_pings_are_looked_up_and_reviewed_within_seconds(sim_factory, tmp_p
         stop_service(system)
     hooks = stats["webhooks"]
     done, total = sim.state.converged()
-    print(f"thin pings: {done}/{total} at the truth {took_s:.1f}s after the last change; "
-          f"webhooks {hooks}")
+    print(
+        f"thin pings: {done}/{total} at the truth {took_s:.1f}s after the last change; "
+        f"webhooks {hooks}"
+    )
     assert done == total, "changes waited for the next poll (ten minutes away)"
     assert took_s < 60
     assert hooks["delivered"] >= 20 and hooks["rejected"] == 0

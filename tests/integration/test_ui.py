@@ -61,19 +61,33 @@ def service(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iter
     os.environ[SECRET_ENV], os.environ[ADMIN_TOKEN_ENV] = secret, token
     port = free_port()
     # A rate limit the governor must find (429s), a steady trickle of updates and pings.
-    sim = SimServer(SimSettings(
-        drivers=120, seed=15, rate_limit=60.0, latency_ms=5.0, update_rate=3.0,
-        webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers", webhook_secret=secret,
-    )).start()
+    sim = SimServer(
+        SimSettings(
+            drivers=120,
+            seed=15,
+            rate_limit=60.0,
+            latency_ms=5.0,
+            update_rate=3.0,
+            webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers",
+            webhook_secret=secret,
+        )
+    ).start()
     data = load_config().model_dump()
     data["catalog"]["url"] = sim.url
     data["window"].update(bucket_s=2.0, lease_s=15.0, batch_size=16, freshness_s=3600.0)
     data["results"]["rollover_s"] = 1.0
     config = parse_config(data, source="test")
     data_dir = str(tmp_path_factory.mktemp("ui"))
-    system = start_service(config, config_path=None, instance=f"ui-{uuid.uuid4().hex[:6]}",
-                           data_dir=data_dir, host="127.0.0.1", port=port,
-                           poll_interval_s=2.0, admin_port=0)
+    system = start_service(
+        config,
+        config_path=None,
+        instance=f"ui-{uuid.uuid4().hex[:6]}",
+        data_dir=data_dir,
+        host="127.0.0.1",
+        port=port,
+        poll_interval_s=2.0,
+        admin_port=0,
+    )
     try:
         yield Service(admin_url(system.instance), token, config, system, sim, data_dir)
     finally:
@@ -131,19 +145,25 @@ def _lookup(doc: dict, path: list[str]):
 
 @pytest.mark.timeout(180)
 def test_live_page_draws_the_pipeline_and_agrees_with_status(
-        service: Service, browser: Browser, tmp_path: Path) -> None:
+    service: Service, browser: Browser, tmp_path: Path
+) -> None:
     stages = service.config.stage_names
     browser.navigate(f"{service.admin}/ui#token={service.token}")
     drawn = browser.wait_for(
         f"document.querySelectorAll('#flow [data-stage]').length >= {len(stages)} && "
         "document.querySelectorAll('#endpoints [data-endpoint]').length > 0",
-        PAGE_TIMEOUT_S)
+        PAGE_TIMEOUT_S,
+    )
     assert drawn, f"the page never drew the stages; browser said {browser.errors}"
-    assert browser.eval("[...document.querySelectorAll('#flow [data-stage]')]"
-                        ".map(e => e.dataset.stage)") == stages
-    assert browser.eval("[...document.querySelectorAll('#flow .node')].map(e => "
-                        "e.dataset.node || 'stage')") == ["source", "intake",
-                                                          *["stage"] * len(stages), "decisions"]
+    assert (
+        browser.eval(
+            "[...document.querySelectorAll('#flow [data-stage]')].map(e => e.dataset.stage)"
+        )
+        == stages
+    )
+    assert browser.eval(
+        "[...document.querySelectorAll('#flow .node')].map(e => e.dataset.node || 'stage')"
+    ) == ["source", "intake", *["stage"] * len(stages), "decisions"]
     # The token left the address bar (it lives in the tab's sessionStorage).
     assert service.token not in browser.eval("location.href")
 
@@ -166,8 +186,9 @@ def test_live_page_draws_the_pipeline_and_agrees_with_status(
         compared += 1
         break
     assert compared, "the page never showed the document /status answered"
-    endpoints = browser.eval("[...document.querySelectorAll('#endpoints [data-endpoint]')]"
-                             ".map(e => e.dataset.endpoint)")
+    endpoints = browser.eval(
+        "[...document.querySelectorAll('#endpoints [data-endpoint]')].map(e => e.dataset.endpoint)"
+    )
     assert sorted(endpoints) == sorted(status["governor"])
 
     # It updates: a newer document, more history, and decisions drawn per stage.
@@ -176,9 +197,15 @@ def test_live_page_draws_the_pipeline_and_agrees_with_status(
     assert browser.eval("Number(document.body.dataset.at)") > first
     assert browser.wait_for(
         "[...document.querySelectorAll('#chart-decisions path')].map(p => p.dataset.series)"
-        f".length === {len(stages)}", PAGE_TIMEOUT_S)
-    assert browser.eval("[...document.querySelectorAll('#chart-backlog path')]"
-                        ".map(p => p.dataset.series)") == stages
+        f".length === {len(stages)}",
+        PAGE_TIMEOUT_S,
+    )
+    assert (
+        browser.eval(
+            "[...document.querySelectorAll('#chart-backlog path')].map(p => p.dataset.series)"
+        )
+        == stages
+    )
     assert browser.eval("document.querySelectorAll('#chart-rate path').length") >= 2
     shot = browser.screenshot(tmp_path / "live-page.png")
     print(f"screenshot of the live page: {shot}")
@@ -189,13 +216,18 @@ def test_live_page_draws_the_pipeline_and_agrees_with_status(
     browser.eval(f"location.hash = '#/driver/{driver}'")
     assert browser.wait_for(
         f"document.querySelectorAll('#driver [data-decision]').length >= {len(rows)}",
-        PAGE_TIMEOUT_S), browser.eval("document.body.innerText")[:500]
+        PAGE_TIMEOUT_S,
+    ), browser.eval("document.body.innerText")[:500]
     assert browser.eval("getComputedStyle(document.getElementById('live')).display") == "none"
-    decided = browser.eval("[...document.querySelectorAll('#driver [data-decision]')]"
-                           ".map(e => e.dataset.decision)")
+    decided = browser.eval(
+        "[...document.querySelectorAll('#driver [data-decision]')].map(e => e.dataset.decision)"
+    )
     assert set(decided) >= {r["stage"] for r in rows}
-    checks = set(browser.eval("[...document.querySelectorAll('#driver [data-check]')]"
-                              ".map(e => e.dataset.check)"))
+    checks = set(
+        browser.eval(
+            "[...document.querySelectorAll('#driver [data-check]')].map(e => e.dataset.check)"
+        )
+    )
     assert checks >= {c["name"] for r in rows for c in r["checks"]}
     shot = browser.screenshot(tmp_path / "driver-page.png")
     print(f"screenshot of the driver page: {shot}")
@@ -218,17 +250,19 @@ def test_page_is_public_and_its_data_needs_the_token(service: Service) -> None:
         live = client.get("/live", headers=service.auth()).json()
         assert live["status"]["instance"] == service.system.instance
         assert live["history"], "the admin samples the status while nobody watches"
-        assert client.get("/drivers/nobody-here/explain",
-                          headers=service.auth()).status_code == 404
+        assert client.get("/drivers/nobody-here/explain", headers=service.auth()).status_code == 404
     assert ui_address(service.system.instance).endswith(
-        f"/ui#token=<the value of {ADMIN_TOKEN_ENV}>")
+        f"/ui#token=<the value of {ADMIN_TOKEN_ENV}>"
+    )
 
 
 def test_explain_on_the_runs_parquet(service: Service, capsys: pytest.CaptureFixture) -> None:
     driver = _decided_driver(service.data_dir)
     rows = [r for r in read_results(service.data_dir).to_pylist() if r["driver_id"] == driver]
-    assert cli_main(["explain", driver, "--data-dir", service.data_dir,
-                     "--admin-url", service.admin]) == 0
+    assert (
+        cli_main(["explain", driver, "--data-dir", service.data_dir, "--admin-url", service.admin])
+        == 0
+    )
     text = capsys.readouterr().out
     print(text)
     assert f"driver {driver}:" in text and "ledger: version" in text
@@ -238,14 +272,24 @@ def test_explain_on_the_runs_parquet(service: Service, capsys: pytest.CaptureFix
         for check in r["checks"]:
             assert check["name"] in text and check["outcome"] in text
 
-    assert cli_main(["explain", driver, "--data-dir", service.data_dir, "--offline",
-                     "--json"]) == 0
+    assert cli_main(["explain", driver, "--data-dir", service.data_dir, "--offline", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc["decisions"] >= len(rows) and doc["ledger"] is None
     assert sum(len(v["decisions"]) for v in doc["versions"]) == doc["decisions"]
 
-    assert cli_main(["explain", "drv-does-not-exist", "--data-dir", service.data_dir,
-                     "--admin-url", service.admin]) == 1
+    assert (
+        cli_main(
+            [
+                "explain",
+                "drv-does-not-exist",
+                "--data-dir",
+                service.data_dir,
+                "--admin-url",
+                service.admin,
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "drv-does-not-exist" in err
     assert cli_main(["explain", "..", "--data-dir", service.data_dir, "--offline"]) == 2

@@ -37,8 +37,10 @@ def test_the_second_sweep_starts_at_the_learnt_limit_without_429s(sim_factory, t
     assert 0.8 * LIMIT <= entry["safe_rate"] <= 1.05 * LIMIT, entry
 
     warm, warm_stats = _sweep(sim_factory, port, data_dir)
-    print(f"cold: {cold['429s']} 429s, safe rate then {entry['safe_rate']:.1f}/s; warm: "
-          f"{warm['429s']} 429s, started at {warm['warm_start']}, rate now {warm['rate']:.1f}")
+    print(
+        f"cold: {cold['429s']} 429s, safe rate then {entry['safe_rate']:.1f}/s; warm: "
+        f"{warm['429s']} 429s, started at {warm['warm_start']}, rate now {warm['rate']:.1f}"
+    )
     assert cold["warm_start"] is None and warm["warm_start"] is not None
     assert warm["warm_start"]["age_s"] < 300
     # Cold discovery always draws a few 429s (slow start overshoots once); warm, none are

@@ -31,13 +31,23 @@ def chromium_binary() -> str | None:
 class Browser:
     """One headless chromium with one page; ``close()`` ends the process it started."""
 
-    def __init__(self, binary: str, profile_dir: Path, *, width: int = 1680,
-                 height: int = 1050) -> None:
-        args = [binary, "--headless=new", "--disable-gpu", "--no-first-run",
-                "--no-default-browser-check", "--disable-extensions",
-                "--disable-background-networking", "--remote-debugging-port=0",
-                "--remote-debugging-address=127.0.0.1", f"--user-data-dir={profile_dir}",
-                f"--window-size={width},{height}", "about:blank"]
+    def __init__(
+        self, binary: str, profile_dir: Path, *, width: int = 1680, height: int = 1050
+    ) -> None:
+        args = [
+            binary,
+            "--headless=new",
+            "--disable-gpu",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--remote-debugging-port=0",
+            "--remote-debugging-address=127.0.0.1",
+            f"--user-data-dir={profile_dir}",
+            f"--window-size={width},{height}",
+            "about:blank",
+        ]
         if os.geteuid() == 0:
             # Chromium's sandbox refuses to run as root (CI containers run tests as root);
             # the pages it loads here are our own, on loopback.
@@ -49,12 +59,16 @@ class Browser:
             port = self._devtools_port(profile_dir)
             pages = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
             page = next(p for p in pages if p.get("type") == "page")
-            self.ws = connect(page["webSocketDebuggerUrl"], max_size=64 * 2**20,
-                              open_timeout=10)
+            self.ws = connect(page["webSocketDebuggerUrl"], max_size=64 * 2**20, open_timeout=10)
             for domain in ("Page", "Runtime", "Log"):
                 self.call(f"{domain}.enable")
-            self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
-                      deviceScaleFactor=1, mobile=False)
+            self.call(
+                "Emulation.setDeviceMetricsOverride",
+                width=width,
+                height=height,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
         except BaseException:
             self.close()
             raise
@@ -75,11 +89,17 @@ class Browser:
         method, params = msg.get("method"), msg.get("params", {})
         if method == "Runtime.exceptionThrown":
             details = params.get("exceptionDetails", {})
-            self.errors.append("exception: " + str(
-                details.get("exception", {}).get("description") or details.get("text")))
+            self.errors.append(
+                "exception: "
+                + str(details.get("exception", {}).get("description") or details.get("text"))
+            )
         elif method == "Runtime.consoleAPICalled" and params.get("type") == "error":
-            self.errors.append("console.error: " + " ".join(
-                str(a.get("value", a.get("description"))) for a in params.get("args", [])))
+            self.errors.append(
+                "console.error: "
+                + " ".join(
+                    str(a.get("value", a.get("description"))) for a in params.get("args", [])
+                )
+            )
         elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
             entry = params["entry"]
             self.errors.append(f"log: {entry.get('text')} {entry.get('url', '')}".strip())
@@ -113,8 +133,9 @@ class Browser:
         self.call("Page.navigate", url=url)
 
     def eval(self, expression: str) -> Any:
-        out = self.call("Runtime.evaluate", expression=expression, returnByValue=True,
-                        awaitPromise=True)
+        out = self.call(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
         if "exceptionDetails" in out:
             raise RuntimeError(f"evaluate {expression[:60]!r}: {out['exceptionDetails']}")
         return out.get("result", {}).get("value")

@@ -26,8 +26,13 @@ class CheckServer:
     """``POST /check`` answers ``{passed, reason}``; ``POST /token`` issues OAuth2 tokens."""
 
     def __init__(
-        self, *, rate: float, burst: int = 1, bearer: str | None = None,
-        client: tuple[str, str] | None = None, token_ttl_s: float = 60.0,
+        self,
+        *,
+        rate: float,
+        burst: int = 1,
+        bearer: str | None = None,
+        client: tuple[str, str] | None = None,
+        token_ttl_s: float = 60.0,
         answer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.bucket = TokenBucket(rate, burst)
@@ -70,8 +75,7 @@ class CheckServer:
             self._tokens[token] = time.monotonic() + self.token_ttl_s
             self.tokens_issued += 1
             self.issued.append(token)
-        return 200, {"access_token": token, "token_type": "Bearer",
-                     "expires_in": self.token_ttl_s}
+        return 200, {"access_token": token, "token_type": "Bearer", "expires_in": self.token_ttl_s}
 
     def authorized(self, authorization: str | None) -> bool:
         if self.bearer is None and self.client is None:

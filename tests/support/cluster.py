@@ -64,8 +64,11 @@ def free_port_range(size: int, lo: int, hi: int, *, exclude: set[int]) -> tuple[
 def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without anything that would point Ray somewhere else,
     with the venv first on PATH (a job's ``python`` is then the venv's)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RAY_", "RAYLET_", "PYTEST_")) and k != "PYTHONPATH"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RAY_", "RAYLET_", "PYTEST_")) and k != "PYTHONPATH"
+    }
     env["PATH"] = os.pathsep.join([str(VENV_BIN), env.get("PATH", "")])
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env.update(extra)
@@ -85,22 +88,28 @@ class Cluster:
 
     def get(self, path: str, timeout_s: float = 30.0, **params: Any) -> httpx.Response:
         """``GET`` on the dashboard (``/api/jobs/<id>``, ``/api/jobs/<id>/logs`` ...)."""
-        return httpx.get(f"{self.dashboard_url}{path}", timeout=timeout_s, params=params,
-                         headers={"Authorization": f"Bearer {self.token}"})
+        return httpx.get(
+            f"{self.dashboard_url}{path}",
+            timeout=timeout_s,
+            params=params,
+            headers={"Authorization": f"Bearer {self.token}"},
+        )
 
-    def state(self, kind: str, *filters: tuple[str, str], timeout_s: float = 30.0,
-              retry_s: float = 60.0) -> list[dict[str, Any]]:
+    def state(
+        self, kind: str, *filters: tuple[str, str], timeout_s: float = 30.0, retry_s: float = 60.0
+    ) -> list[dict[str, Any]]:
         """Rows of Ray's state API (what ``ray list <kind> --detail`` shows), e.g.
         ``state("actors", ("class_name", "StageWorker"))``; filters are equalities.
 
         A loaded head's dashboard now and then drops a connection or answers 5xx while
         its state module (re)starts: that is retried for ``retry_s``; a 4xx is not."""
-        params: dict[str, Any] = {"limit": 10_000, "detail": "true",
-                                  "timeout": int(timeout_s)}
+        params: dict[str, Any] = {"limit": 10_000, "detail": "true", "timeout": int(timeout_s)}
         if filters:
-            params.update(filter_keys=[k for k, _ in filters],
-                          filter_predicates=["="] * len(filters),
-                          filter_values=[v for _, v in filters])
+            params.update(
+                filter_keys=[k for k, _ in filters],
+                filter_predicates=["="] * len(filters),
+                filter_values=[v for _, v in filters],
+            )
         deadline = time.monotonic() + retry_s
         while True:
             try:
@@ -149,28 +158,33 @@ class StartupExited(RuntimeError):
 
 
 def _exited(proc: subprocess.Popen, log_path: Path) -> StartupExited:
-    return StartupExited(f"ray start exited with {proc.returncode}:\n"
-                         f"{log_path.read_text(errors='replace')[-4000:]}")
+    return StartupExited(
+        f"ray start exited with {proc.returncode}:\n{log_path.read_text(errors='replace')[-4000:]}"
+    )
 
 
-def _wait_ready(url: str, token: str, proc: subprocess.Popen, log_path: Path,
-                timeout_s: float) -> None:
+def _wait_ready(
+    url: str, token: str, proc: subprocess.Popen, log_path: Path, timeout_s: float
+) -> None:
     deadline = time.monotonic() + timeout_s
     last: object = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise _exited(proc, log_path)
         try:
-            r = httpx.get(f"{url}/api/version", timeout=2,
-                          headers={"Authorization": f"Bearer {token}"})
+            r = httpx.get(
+                f"{url}/api/version", timeout=2, headers={"Authorization": f"Bearer {token}"}
+            )
             if r.status_code == 200:
                 return
             last = r.status_code
         except httpx.HTTPError as exc:
             last = exc
         time.sleep(0.5)
-    raise TimeoutError(f"dashboard at {url} not ready after {timeout_s}s (last: {last!r}):\n"
-                       f"{log_path.read_text(errors='replace')[-4000:]}")
+    raise TimeoutError(
+        f"dashboard at {url} not ready after {timeout_s}s (last: {last!r}):\n"
+        f"{log_path.read_text(errors='replace')[-4000:]}"
+    )
 
 
 def _group_alive(pgid: int) -> bool:
@@ -238,8 +252,9 @@ class WorkerNode:
         return ""
 
 
-def _node_args(*, num_cpus: int, object_store_memory: int,
-               resources: dict[str, float] | None) -> list[str]:
+def _node_args(
+    *, num_cpus: int, object_store_memory: int, resources: dict[str, float] | None
+) -> list[str]:
     args = [f"--num-cpus={num_cpus}", f"--object-store-memory={object_store_memory}"]
     if resources:
         args.append(f"--resources={json.dumps(resources)}")
@@ -247,11 +262,15 @@ def _node_args(*, num_cpus: int, object_store_memory: int,
 
 
 @contextlib.contextmanager
-def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
-             object_store_memory: int = 256 * 1024 * 1024,
-             resources: dict[str, float] | None = None,
-             object_spilling_directory: str | None = None,
-             env: dict[str, str] | None = None) -> Iterator[Cluster]:
+def ray_head(
+    *,
+    num_cpus: int = 2,
+    ready_timeout_s: float = 90.0,
+    object_store_memory: int = 256 * 1024 * 1024,
+    resources: dict[str, float] | None = None,
+    object_spilling_directory: str | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[Cluster]:
     """Start a head node with the dashboard on loopback; yield it; tear it down.
 
     ``resources``: custom resources of the head (``--resources``);
@@ -268,14 +287,21 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
     token = secrets.token_hex(32)
     try:
         for attempt in range(1, START_ATTEMPTS + 1):
-            cluster = _start_head(temp_dir, token, attempt, num_cpus=num_cpus,
-                                  object_store_memory=object_store_memory,
-                                  resources=resources, env=env,
-                                  object_spilling_directory=object_spilling_directory,
-                                  dashboard_timeout_s=ready_timeout_s)
+            cluster = _start_head(
+                temp_dir,
+                token,
+                attempt,
+                num_cpus=num_cpus,
+                object_store_memory=object_store_memory,
+                resources=resources,
+                env=env,
+                object_spilling_directory=object_spilling_directory,
+                dashboard_timeout_s=ready_timeout_s,
+            )
             try:
-                _wait_ready(cluster.dashboard_url, token, cluster.proc, cluster.log_path,
-                            ready_timeout_s)
+                _wait_ready(
+                    cluster.dashboard_url, token, cluster.proc, cluster.log_path, ready_timeout_s
+                )
                 # The dashboard answers before the head's raylet has registered: wait for
                 # that too, since that is where a loaded machine makes `ray start` give up.
                 _wait_node(cluster, cluster.proc, cluster.log_path, ready_timeout_s, head=True)
@@ -283,8 +309,7 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
                 _stop(cluster.proc)
                 if attempt == START_ATTEMPTS:
                     raise
-                print(f"head node exited while starting; starting it again: {exc}",
-                      file=sys.stderr)
+                print(f"head node exited while starting; starting it again: {exc}", file=sys.stderr)
                 continue
             except BaseException:
                 _stop(cluster.proc)
@@ -298,27 +323,47 @@ def ray_head(*, num_cpus: int = 2, ready_timeout_s: float = 90.0,
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _start_head(temp_dir: str, token: str, attempt: int, *, num_cpus: int,
-                object_store_memory: int, resources: dict[str, float] | None,
-                object_spilling_directory: str | None, env: dict[str, str] | None,
-                dashboard_timeout_s: float) -> Cluster:
+def _start_head(
+    temp_dir: str,
+    token: str,
+    attempt: int,
+    *,
+    num_cpus: int,
+    object_store_memory: int,
+    resources: dict[str, float] | None,
+    object_spilling_directory: str | None,
+    env: dict[str, str] | None,
+    dashboard_timeout_s: float,
+) -> Cluster:
     log_path = Path(temp_dir) / ("ray-start.log" if attempt == 1 else f"ray-start-{attempt}.log")
-    (gcs, dash, agent_http, agent_grpc, client, metrics, runtime_env, node_mgr,
-     obj_mgr) = free_ports(9, host="")
+    (gcs, dash, agent_http, agent_grpc, client, metrics, runtime_env, node_mgr, obj_mgr) = (
+        free_ports(9, host="")
+    )
     taken = {gcs, dash, agent_http, agent_grpc, client, metrics, runtime_env, node_mgr, obj_mgr}
     wlo, whi = free_port_range(WORKER_PORTS, *_WORKER_RANGE, exclude=taken)
     cmd = [
-        RAY, "start", "--head", "--block", "--disable-usage-stats",
-        f"--node-ip-address={HOST}", f"--port={gcs}",
-        "--include-dashboard=true", f"--dashboard-host={HOST}", f"--dashboard-port={dash}",
+        RAY,
+        "start",
+        "--head",
+        "--block",
+        "--disable-usage-stats",
+        f"--node-ip-address={HOST}",
+        f"--port={gcs}",
+        "--include-dashboard=true",
+        f"--dashboard-host={HOST}",
+        f"--dashboard-port={dash}",
         f"--dashboard-agent-listen-port={agent_http}",
         f"--dashboard-agent-grpc-port={agent_grpc}",
-        f"--ray-client-server-port={client}", f"--metrics-export-port={metrics}",
+        f"--ray-client-server-port={client}",
+        f"--metrics-export-port={metrics}",
         f"--runtime-env-agent-port={runtime_env}",
-        f"--node-manager-port={node_mgr}", f"--object-manager-port={obj_mgr}",
-        f"--min-worker-port={wlo}", f"--max-worker-port={whi}",
-        *_node_args(num_cpus=num_cpus, object_store_memory=object_store_memory,
-                    resources=resources),
+        f"--node-manager-port={node_mgr}",
+        f"--object-manager-port={obj_mgr}",
+        f"--min-worker-port={wlo}",
+        f"--max-worker-port={whi}",
+        *_node_args(
+            num_cpus=num_cpus, object_store_memory=object_store_memory, resources=resources
+        ),
         f"--temp-dir={temp_dir}",
     ]
     if object_spilling_directory:
@@ -327,18 +372,40 @@ def _start_head(temp_dir: str, token: str, attempt: int, *, num_cpus: int,
     # ``python -m jobs.sweep`` finds the repo's ``jobs`` package as it would for a user who
     # ran ``ray start --head`` in a checkout.
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                env=clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token,
-                                              RAY_DASHBOARD_STARTUP_TIMEOUT_S=str(
-                                                  int(dashboard_timeout_s)),
-                                              **(env or {})),
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    return Cluster(f"{HOST}:{gcs}", f"http://{HOST}:{dash}", temp_dir, log_path, proc,
-                   token, ports=taken | set(range(wlo, whi + 1)))
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=clean_env(
+                RAY_AUTH_MODE="token",
+                RAY_AUTH_TOKEN=token,
+                RAY_DASHBOARD_STARTUP_TIMEOUT_S=str(int(dashboard_timeout_s)),
+                **(env or {}),
+            ),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return Cluster(
+        f"{HOST}:{gcs}",
+        f"http://{HOST}:{dash}",
+        temp_dir,
+        log_path,
+        proc,
+        token,
+        ports=taken | set(range(wlo, whi + 1)),
+    )
 
 
-def _wait_node(cluster: Cluster, proc: subprocess.Popen, log_path: Path, timeout_s: float,
-               *, head: bool = False, known: frozenset[str] = frozenset()) -> str:
+def _wait_node(
+    cluster: Cluster,
+    proc: subprocess.Popen,
+    log_path: Path,
+    timeout_s: float,
+    *,
+    head: bool = False,
+    known: frozenset[str] = frozenset(),
+) -> str:
     """The id of the ALIVE head (``head``) or of the first ALIVE node not in ``known``,
     once there is one; raises :class:`StartupExited` as soon as ``proc`` (its
     ``ray start``) has exited."""
@@ -349,36 +416,48 @@ def _wait_node(cluster: Cluster, proc: subprocess.Popen, log_path: Path, timeout
             raise _exited(proc, log_path)
         try:
             for node in cluster.state("nodes", retry_s=0):
-                if node["state"] == "ALIVE" and (node["is_head_node"] if head
-                                                 else node["node_id"] not in known):
+                if node["state"] == "ALIVE" and (
+                    node["is_head_node"] if head else node["node_id"] not in known
+                ):
                     return node["node_id"]
         except (httpx.HTTPError, RuntimeError) as exc:  # the state API is starting too
             last = exc
         time.sleep(0.5)
-    raise TimeoutError(f"node not ALIVE after {timeout_s}s (last: {last!r}):\n"
-                       f"{log_path.read_text(errors='replace')[-4000:]}")
+    raise TimeoutError(
+        f"node not ALIVE after {timeout_s}s (last: {last!r}):\n"
+        f"{log_path.read_text(errors='replace')[-4000:]}"
+    )
 
 
 @contextlib.contextmanager
-def ray_worker(cluster: Cluster, *, num_cpus: int = 2, ready_timeout_s: float = 90.0,
-               object_store_memory: int = 256 * 1024 * 1024,
-               resources: dict[str, float] | None = None,
-               env: dict[str, str] | None = None) -> Iterator[WorkerNode]:
+def ray_worker(
+    cluster: Cluster,
+    *,
+    num_cpus: int = 2,
+    ready_timeout_s: float = 90.0,
+    object_store_memory: int = 256 * 1024 * 1024,
+    resources: dict[str, float] | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[WorkerNode]:
     """Add a node to ``cluster`` on this machine (``ray start --address <gcs> --block``);
     yield it once the GCS lists it ALIVE; tear it down (before the head)."""
     cluster.head_node_id()  # the head is listed first, so it is never taken for the new node
     for attempt in range(1, START_ATTEMPTS + 1):
         known = frozenset(node["node_id"] for node in cluster.alive_nodes())
-        proc, log_path = _start_worker(cluster, num_cpus=num_cpus, resources=resources,
-                                       object_store_memory=object_store_memory, env=env)
+        proc, log_path = _start_worker(
+            cluster,
+            num_cpus=num_cpus,
+            resources=resources,
+            object_store_memory=object_store_memory,
+            env=env,
+        )
         try:
             node_id = _wait_node(cluster, proc, log_path, ready_timeout_s, known=known)
         except StartupExited as exc:
             _stop(proc)
             if attempt == START_ATTEMPTS:
                 raise
-            print(f"worker node exited while starting; starting it again: {exc}",
-                  file=sys.stderr)
+            print(f"worker node exited while starting; starting it again: {exc}", file=sys.stderr)
             continue
         except BaseException:
             _stop(proc)
@@ -390,33 +469,50 @@ def ray_worker(cluster: Cluster, *, num_cpus: int = 2, ready_timeout_s: float = 
         _stop(proc)
 
 
-def _start_worker(cluster: Cluster, *, num_cpus: int, object_store_memory: int,
-                  resources: dict[str, float] | None,
-                  env: dict[str, str] | None) -> tuple[subprocess.Popen, Path]:
+def _start_worker(
+    cluster: Cluster,
+    *,
+    num_cpus: int,
+    object_store_memory: int,
+    resources: dict[str, float] | None,
+    env: dict[str, str] | None,
+) -> tuple[subprocess.Popen, Path]:
     n = len(list(Path(cluster.temp_dir).glob("ray-worker-*.log")))
     log_path = Path(cluster.temp_dir) / f"ray-worker-{n}.log"
     node_mgr, obj_mgr, metrics, agent_http, agent_grpc, runtime_env = free_ports(6, host="")
     taken = {node_mgr, obj_mgr, metrics, agent_http, agent_grpc, runtime_env}
     wlo, whi = free_port_range(WORKER_PORTS, *_WORKER_RANGE, exclude=taken | cluster.ports)
     cmd = [
-        RAY, "start", f"--address={cluster.gcs_address}", "--block", "--disable-usage-stats",
+        RAY,
+        "start",
+        f"--address={cluster.gcs_address}",
+        "--block",
+        "--disable-usage-stats",
         f"--node-ip-address={HOST}",
-        f"--node-manager-port={node_mgr}", f"--object-manager-port={obj_mgr}",
+        f"--node-manager-port={node_mgr}",
+        f"--object-manager-port={obj_mgr}",
         f"--metrics-export-port={metrics}",
         f"--dashboard-agent-listen-port={agent_http}",
         f"--dashboard-agent-grpc-port={agent_grpc}",
         f"--runtime-env-agent-port={runtime_env}",
-        f"--min-worker-port={wlo}", f"--max-worker-port={whi}",
-        *_node_args(num_cpus=num_cpus, object_store_memory=object_store_memory,
-                    resources=resources),
+        f"--min-worker-port={wlo}",
+        f"--max-worker-port={whi}",
+        *_node_args(
+            num_cpus=num_cpus, object_store_memory=object_store_memory, resources=resources
+        ),
         # One log monitor per machine: the head's already tails the shared session dir
         # (ray.cluster_utils does the same); a second would send every line twice.
         "--include-log-monitor=false",
     ]
     cluster.ports |= taken | set(range(wlo, whi + 1))
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                env=clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=cluster.token,
-                                              **(env or {})),
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=clean_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=cluster.token, **(env or {})),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     return proc, log_path

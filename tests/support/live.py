@@ -33,20 +33,39 @@ class Live:
         return stop_service(self.system)
 
 
-def start_live(sim_factory: Callable[..., SimServer], data_dir: str, *, drivers: int,
-               update_rate: float, seed: int = 3, window: dict | None = None,
-               **sim: Any) -> Live:
-    secret = os.environ.setdefault(SECRET_ENV,
-                                   "whsec_" + base64.b64encode(os.urandom(24)).decode())
+def start_live(
+    sim_factory: Callable[..., SimServer],
+    data_dir: str,
+    *,
+    drivers: int,
+    update_rate: float,
+    seed: int = 3,
+    window: dict | None = None,
+    **sim: Any,
+) -> Live:
+    secret = os.environ.setdefault(SECRET_ENV, "whsec_" + base64.b64encode(os.urandom(24)).decode())
     port = free_port()
-    server = sim_factory(SimSettings(
-        drivers=drivers, seed=seed, update_rate=update_rate,
-        webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers", webhook_secret=secret, **sim,
-    ))
+    server = sim_factory(
+        SimSettings(
+            drivers=drivers,
+            seed=seed,
+            update_rate=update_rate,
+            webhook_url=f"http://127.0.0.1:{port}/webhooks/drivers",
+            webhook_secret=secret,
+            **sim,
+        )
+    )
     config = fast_config(server.url, **(window or {}))
-    system = start_service(config, config_path=None, instance=f"f-{uuid.uuid4().hex[:6]}",
-                           data_dir=data_dir, host="127.0.0.1", port=port, poll_interval_s=1.0,
-                           admin_port=0)
+    system = start_service(
+        config,
+        config_path=None,
+        instance=f"f-{uuid.uuid4().hex[:6]}",
+        data_dir=data_dir,
+        host="127.0.0.1",
+        port=port,
+        poll_interval_s=1.0,
+        admin_port=0,
+    )
     return Live(server, system, config, data_dir)
 
 
@@ -61,5 +80,12 @@ def diverged(sim: SimServer, orchestrator: Any, limit: int = 5) -> list[dict]:
     truth, now = sim.state.truth(), sim.state.current()
     keys = ("version", "status", "stage")
     wrong = [d for d, t in truth.items() if any(now[d][k] != t[k] for k in keys)]
-    return [{"id": d, "truth": truth[d], "catalog": now[d],
-             "ledger": orchestrator.call_sync("driver", d)} for d in wrong[:limit]]
+    return [
+        {
+            "id": d,
+            "truth": truth[d],
+            "catalog": now[d],
+            "ledger": orchestrator.call_sync("driver", d),
+        }
+        for d in wrong[:limit]
+    ]

@@ -38,8 +38,12 @@ class Watched:
 
 
 def watched_sweep(
-    config: PipelineConfig, options: SweepOptions, progress: Progress | None = None,
-    *, every_s: float = 0.5, deadline_s: float = 300.0,
+    config: PipelineConfig,
+    options: SweepOptions,
+    progress: Progress | None = None,
+    *,
+    every_s: float = 0.5,
+    deadline_s: float = 300.0,
 ) -> Watched:
     """Run a sweep in a thread; meanwhile collect its status every ``every_s`` and the
     metrics until the governor's rate shows in them. Bounded by ``deadline_s``."""
@@ -62,8 +66,7 @@ def watched_sweep(
     while thread.is_alive() and time.monotonic() < deadline:
         time.sleep(every_s)
         try:
-            doc = asyncio.run(collect_status(System.attach(config, instance),
-                                             timeout_s=2))
+            doc = asyncio.run(collect_status(System.attach(config, instance), timeout_s=2))
         except Exception:  # not started yet, or already stopped
             continue
         statuses.append(doc)

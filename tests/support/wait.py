@@ -8,13 +8,21 @@ from collections.abc import Callable
 from typing import Any
 
 
-def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, *,
-               every_s: float = 0.5, context: Callable[[], str] = lambda: "") -> Any:
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout_s: float,
+    what: str,
+    *,
+    every_s: float = 0.5,
+    context: Callable[[], str] = lambda: "",
+) -> Any:
     """The first truthy value of ``predicate()``; an ``AssertionError`` naming ``what`` (and
     ``context()``, e.g. a log tail) when none comes within ``timeout_s``."""
     if timeout_s <= 0 or every_s <= 0:
-        raise ValueError(f"wait_until({what!r}): timeout_s and every_s must be > 0, "
-                         f"got {timeout_s} and {every_s}")
+        raise ValueError(
+            f"wait_until({what!r}): timeout_s and every_s must be > 0, "
+            f"got {timeout_s} and {every_s}"
+        )
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
@@ -22,8 +30,10 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, *,
             return value
         if time.monotonic() > deadline:
             detail = context()
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}"
-                                 + (f"\n{detail}" if detail else ""))
+            raise AssertionError(
+                f"timed out after {timeout_s}s waiting for {what}"
+                + (f"\n{detail}" if detail else "")
+            )
         time.sleep(every_s)
 
 

@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "ARCHITECTURE.md"
 PACKAGES = ("driver_review", "serve_app", "jobs", "tests")
 #: First parts that name libraries, not this code: spans starting so are not checked.
-EXTERNAL = frozenset({"ray", "serve", "asyncio", "pyarrow", "httpx", "uvicorn", "numpy",
-                      "pydantic", "fastapi"})
+EXTERNAL = frozenset(
+    {"ray", "serve", "asyncio", "pyarrow", "httpx", "uvicorn", "numpy", "pydantic", "fastapi"}
+)
 _SKIP_DIRS = frozenset({".git", ".venv", "__pycache__", "node_modules", "data"})
 
 _FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
@@ -87,8 +88,12 @@ def _class_members(cls: ast.ClassDef) -> dict[str, ast.AST | str | None]:
     """A class's body, plus the attributes its methods set on ``self``."""
     out = _members(cls.body)
     for node in ast.walk(cls):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
-                isinstance(node.value, ast.Name) and node.value.id == "self":
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        ):
             out.setdefault(node.attr, None)
     return out
 
@@ -143,8 +148,9 @@ def _config_key(parts: list[str]) -> bool:
             return False
         annotation = fields[part].annotation
         candidates = getattr(annotation, "__args__", ()) or (annotation,)
-        model = next((c for c in candidates
-                      if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        model = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
     return True
 
 
@@ -233,47 +239,56 @@ def test_every_reference_in_architecture_md_exists() -> None:
     assert paths >= 20 and names >= 40, (paths, names)
 
 
-@pytest.mark.parametrize("span", [
-    "driver_review/runtime/no_such_module.py",
-    "driver_review/runtime/",  # exists: the directory form
-    "runtime/pool.py",  # exists: relative to a package
-    "runtime/no_such_module.py",
-])
+@pytest.mark.parametrize(
+    "span",
+    [
+        "driver_review/runtime/no_such_module.py",
+        "driver_review/runtime/",  # exists: the directory form
+        "runtime/pool.py",  # exists: relative to a package
+        "runtime/no_such_module.py",
+    ],
+)
 def test_paths_are_checked(span: str) -> None:
     expected = "no_such" in span
     assert (path_problem(span) is not None) is expected
 
 
-@pytest.mark.parametrize(("span", "resolves"), [
-    ("driver_review.runtime.system.start_system", True),
-    ("system.start_system", True),
-    ("OrchestratorCore.intake", True),
-    ("OrchestratorService.core", True),  # set on self in __init__
-    ("driver_review.checks.run_stage", True),  # re-exported by the package
-    ("driver_review.catalog.http:HttpCatalog", True),
-    ("window.lease_s", True),
-    ("ray.kill", True),  # a library: not this document's to check
-    ("driver_review.runtime.system.start_systems", False),
-    ("system.stop_everything", False),
-    ("OrchestratorCore.no_such_method", False),
-    ("NoSuchClass.intake", False),
-    ("window.no_such_key", False),
-    ("driver_review.catalog.http:NoSuchCatalog", False),
-])
+@pytest.mark.parametrize(
+    ("span", "resolves"),
+    [
+        ("driver_review.runtime.system.start_system", True),
+        ("system.start_system", True),
+        ("OrchestratorCore.intake", True),
+        ("OrchestratorService.core", True),  # set on self in __init__
+        ("driver_review.checks.run_stage", True),  # re-exported by the package
+        ("driver_review.catalog.http:HttpCatalog", True),
+        ("window.lease_s", True),
+        ("ray.kill", True),  # a library: not this document's to check
+        ("driver_review.runtime.system.start_systems", False),
+        ("system.stop_everything", False),
+        ("OrchestratorCore.no_such_method", False),
+        ("NoSuchClass.intake", False),
+        ("window.no_such_key", False),
+        ("driver_review.catalog.http:NoSuchCatalog", False),
+    ],
+)
 def test_names_are_resolved(span: str, resolves: bool) -> None:
     assert (name_problem(span) is None) is resolves
 
 
-@pytest.mark.parametrize(("span", "resolves"), [
-    ("OrchestratorCore", True),
-    ("DEMAND_WAIT_S", True),
-    ("_keep_alive", True),
-    ("DRIVER_REVIEW_HEAD_RESOURCE", True),
-    ("OrchestratorKernel", False),
-    ("DEMAND_WAIT_MS", False),
-    ("_keep_dead", False),
-    ("DRIVER_REVIEW_NO_SUCH_SETTING", False),
-])
+@pytest.mark.parametrize(
+    ("span", "resolves"),
+    [
+        ("OrchestratorCore", True),
+        ("DEMAND_WAIT_S", True),
+        ("_keep_alive", True),
+        ("DRIVER_REVIEW_HEAD_RESOURCE", True),
+        ("OrchestratorKernel", False),
+        ("DEMAND_WAIT_MS", False),
+        ("_keep_dead", False),
+        ("DRIVER_REVIEW_NO_SUCH_SETTING", False),
+    ],
+)
 def test_identifiers_are_resolved(span: str, resolves: bool) -> None:
     assert _IDENT.match(span)
     assert (ident_problem(span) is None) is resolves

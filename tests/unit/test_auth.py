@@ -33,18 +33,28 @@ async def _get(auth: httpx.Auth | None, handler=_echo) -> httpx.Response:
 
 def test_bearer_and_header_kinds_read_their_variable() -> None:
     env = {"TOKEN": SECRET, "KEY": "k-123"}
-    bearer = build_auth(parse({"kind": "bearer", "token_env": "TOKEN"}), "catalog.auth",
-                        environ=env)
-    header = build_auth(parse({"kind": "header", "name": "X-Api-Key", "value_env": "KEY"}),
-                        "checks.scan.auth", environ=env)
+    bearer = build_auth(
+        parse({"kind": "bearer", "token_env": "TOKEN"}), "catalog.auth", environ=env
+    )
+    header = build_auth(
+        parse({"kind": "header", "name": "X-Api-Key", "value_env": "KEY"}),
+        "checks.scan.auth",
+        environ=env,
+    )
     assert asyncio.run(_get(bearer)).json()["authorization"] == f"Bearer {SECRET}"
     assert asyncio.run(_get(header)).json()["x-api-key"] == "k-123"
     assert SECRET not in repr(bearer)
 
 
 def test_a_missing_variable_fails_at_start_naming_it_and_never_a_value() -> None:
-    config = parse({"kind": "oauth2_client_credentials", "token_url": "https://id.test/t",
-                    "client_id_env": "CID", "client_secret_env": "CSECRET"})
+    config = parse(
+        {
+            "kind": "oauth2_client_credentials",
+            "token_url": "https://id.test/t",
+            "client_id_env": "CID",
+            "client_secret_env": "CSECRET",
+        }
+    )
     with pytest.raises(ConfigError) as err:
         check_environment(config, "checks.scan.auth", {"CID": SECRET})
     assert str(err.value) == "checks.scan.auth: environment variable CSECRET is not set or empty"
@@ -52,13 +62,20 @@ def test_a_missing_variable_fails_at_start_naming_it_and_never_a_value() -> None
         build_auth(parse({"kind": "bearer", "token_env": "TOKEN"}), "catalog.auth", environ={})
 
 
-@pytest.mark.parametrize("bad", [
-    {"kind": "bearer", "token": SECRET},  # a secret in the file is refused
-    {"kind": "bearer", "token_env": "not a name"},
-    {"kind": "basic", "token_env": "X"},
-    {"kind": "oauth2_client_credentials", "token_url": "ftp://x", "client_id_env": "A",
-     "client_secret_env": "B"},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kind": "bearer", "token": SECRET},  # a secret in the file is refused
+        {"kind": "bearer", "token_env": "not a name"},
+        {"kind": "basic", "token_env": "X"},
+        {
+            "kind": "oauth2_client_credentials",
+            "token_url": "ftp://x",
+            "client_id_env": "A",
+            "client_secret_env": "B",
+        },
+    ],
+)
 def test_bad_auth_blocks_are_refused(bad: dict) -> None:
     with pytest.raises(ValidationError):
         parse(bad)
@@ -85,8 +102,10 @@ class TokenServer:
             self.issued += 1
             token = f"tok-{self.issued}"
             self.valid = {token}
-            return httpx.Response(200, json={"access_token": token, "token_type": "bearer",
-                                             "expires_in": self.expires_in})
+            return httpx.Response(
+                200,
+                json={"access_token": token, "token_type": "bearer", "expires_in": self.expires_in},
+            )
         got = request.headers.get("authorization", "")
         if got.removeprefix("Bearer ") not in self.valid:
             return httpx.Response(401)
@@ -94,11 +113,23 @@ class TokenServer:
 
 
 def _oauth(server: TokenServer, clock=None) -> ClientCredentialsAuth:
-    config = parse({"kind": "oauth2_client_credentials", "token_url": "http://id.test/token",
-                    "client_id_env": "CID", "client_secret_env": "CSECRET", "scope": "scan"})
+    config = parse(
+        {
+            "kind": "oauth2_client_credentials",
+            "token_url": "http://id.test/token",
+            "client_id_env": "CID",
+            "client_secret_env": "CSECRET",
+            "scope": "scan",
+        }
+    )
     kwargs = {"clock": clock} if clock else {}
-    auth = build_auth(config, "checks.scan.auth", environ={"CID": "client-1", "CSECRET": SECRET},
-                      transport=httpx.MockTransport(server), **kwargs)
+    auth = build_auth(
+        config,
+        "checks.scan.auth",
+        environ={"CID": "client-1", "CSECRET": SECRET},
+        transport=httpx.MockTransport(server),
+        **kwargs,
+    )
     assert isinstance(auth, ClientCredentialsAuth)
     return auth
 

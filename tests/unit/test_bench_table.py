@@ -17,25 +17,36 @@ def test_the_readme_table_is_the_rendering_of_the_committed_bench_json() -> None
     readme = (ROOT / "README.md").read_text()
     assert replace_section(readme, render(doc)) == readme, (
         "README's benchmark table differs from docs/bench.json: run "
-        "python -m jobs.bench.table docs/bench.json --readme README.md")
+        "python -m jobs.bench.table docs/bench.json --readme README.md"
+    )
 
 
 def test_rows_say_value_target_and_met_and_a_failed_scenario_shows_its_error() -> None:
-    doc = {"bench": {"quick": False, "started_at": "2026-12-01T02:00:00+00:00",
-                     "elapsed_s": 1234.5},
-           "machine": {"cores": 2, "python": "3.11", "ray": "2.60", "load_average_start": [0.8]},
-           "summary": {"targets_met": 1, "targets_missed": 1, "errors": []},
-           "scenarios": {
-               "utilization": {"targets": {
-                   "x.rate_limited_share": {"value": 0.0123, "target": "<= 0.01", "met": False},
-                   "x.utilization_ratio": {"value": 0.9612, "target": ">= 0.95", "met": True,
-                                           "note": "a | pipe"}}},
-               "ingress": {"error": "RuntimeError: no port"}}}
+    doc = {
+        "bench": {"quick": False, "started_at": "2026-12-01T02:00:00+00:00", "elapsed_s": 1234.5},
+        "machine": {"cores": 2, "python": "3.11", "ray": "2.60", "load_average_start": [0.8]},
+        "summary": {"targets_met": 1, "targets_missed": 1, "errors": []},
+        "scenarios": {
+            "utilization": {
+                "targets": {
+                    "x.rate_limited_share": {"value": 0.0123, "target": "<= 0.01", "met": False},
+                    "x.utilization_ratio": {
+                        "value": 0.9612,
+                        "target": ">= 0.95",
+                        "met": True,
+                        "note": "a | pipe",
+                    },
+                }
+            },
+            "ingress": {"error": "RuntimeError: no port"},
+        },
+    }
     table = render(doc)
     assert "a full run started 2026-12-01T02:00 UTC, 1,234 s, on 2 cores" in table
     assert "| utilization | `x.rate_limited_share` | 1.23% | ≤ 1% | **no** |" in table
     assert "| | `x.utilization_ratio` (a \\| pipe) | 0.961 | ≥ 0.95 | yes |" in table.replace(
-        "|  |", "| |")
+        "|  |", "| |"
+    )
     assert "| ingress | (did not run) | RuntimeError: no port | | no |" in table
 
 

@@ -32,19 +32,36 @@ def test_cache_evicts_least_recently_used_by_entries_and_bytes() -> None:
 
 def _row(i: int) -> ResultRow:
     return ResultRow(
-        driver_id=f"drv-{i}", version="1.0", stage="intake", verdict="rejected",
+        driver_id=f"drv-{i}",
+        version="1.0",
+        stage="intake",
+        verdict="rejected",
         reasons={"hardware_ids_valid": "bad id"},
-        checks=[{"name": "hardware_ids_valid", "outcome": "failed", "reason": "bad id",
-                 "duration_s": 0.001}],
-        reviewed_at=1_700_000_000.5, queued_at=1_700_000_000.0, duration_s=0.01,
-        lane="fresh", worker="w1",
+        checks=[
+            {
+                "name": "hardware_ids_valid",
+                "outcome": "failed",
+                "reason": "bad id",
+                "duration_s": 0.001,
+            }
+        ],
+        reviewed_at=1_700_000_000.5,
+        queued_at=1_700_000_000.0,
+        duration_s=0.01,
+        lane="fresh",
+        worker="w1",
     )
 
 
 def test_writer_rolls_over_by_rows_and_by_age(tmp_path) -> None:
     now = [0.0]
-    w = ResultWriter(str(tmp_path), name="main/worker/intake/1", rollover_rows=3,
-                     rollover_s=10, clock=lambda: now[0])
+    w = ResultWriter(
+        str(tmp_path),
+        name="main/worker/intake/1",
+        rollover_rows=3,
+        rollover_s=10,
+        clock=lambda: now[0],
+    )
     w.add([_row(i) for i in range(2)])
     assert w.files == 0 and w.buffered == 2
     w.add([_row(i) for i in range(2, 6)])  # reaching 3 rows rolls the file over
@@ -56,8 +73,14 @@ def test_writer_rolls_over_by_rows_and_by_age(tmp_path) -> None:
     w.flush()
     table = read_results(str(tmp_path))
     assert table.num_rows == 7
-    assert set(table.column_names) >= {"driver_id", "version", "stage", "verdict", "reasons",
-                                       "reviewed_at"}
+    assert set(table.column_names) >= {
+        "driver_id",
+        "version",
+        "stage",
+        "verdict",
+        "reasons",
+        "reviewed_at",
+    }
     files = list((tmp_path / "reviews").iterdir())
     assert len(files) == 2 and not any(f.name.startswith(".tmp") for f in files)
     first = pq.read_table(files[0])

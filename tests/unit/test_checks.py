@@ -482,8 +482,9 @@ def test_http_check_bad_answers_are_errors(
 ) -> None:
     # Only /slow is meant to time out; the others get room for a loaded machine. /busy asks
     # for 7 s, more than the wait budget: raised at once, to be retried later.
-    check = http_check(f"{decision_api}{path}", timeout_s=0.2 if path == "/slow" else 5.0,
-                       max_wait_s=5.0)
+    check = http_check(
+        f"{decision_api}{path}", timeout_s=0.2 if path == "/slow" else 5.0, max_wait_s=5.0
+    )
     with pytest.raises(error) as info:
         run(check.run(make_driver(), ctx_for(FakeCatalog())))
     assert reason in str(info.value)

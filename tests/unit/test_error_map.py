@@ -32,9 +32,18 @@ from driver_review.sim.settings import SettingError, SimSettings
 
 @pytest.mark.parametrize(
     ("status", "kind"),
-    [(429, RateLimited), (500, ServerError), (503, ServerError), (599, ServerError),
-     (404, NotFound), (409, Conflict), (400, BadRequest), (422, BadRequest),
-     (302, MalformedResponse), (100, MalformedResponse)],
+    [
+        (429, RateLimited),
+        (500, ServerError),
+        (503, ServerError),
+        (599, ServerError),
+        (404, NotFound),
+        (409, Conflict),
+        (400, BadRequest),
+        (422, BadRequest),
+        (302, MalformedResponse),
+        (100, MalformedResponse),
+    ],
 )
 def test_status_map(status: int, kind: type) -> None:
     err = error_for_status(status, "GET /x: boom", route="driver", retry_after_s=2.0)
@@ -44,12 +53,21 @@ def test_status_map(status: int, kind: type) -> None:
         assert err.retry_after_s == 2.0  # type: ignore[attr-defined]
 
 
-DRIVER = DriverRecord.model_validate({
-    "id": "drv-1", "vendor_id": "8086", "vendor": "Intel", "name": "Ethernet Controller",
-    "version": "2.1.10", "previous_version": "2.1.9", "stage": "intake", "status": "in_review",
-    "hardware_ids": ["PCI\\VEN_8086&DEV_1533"], "package": {"size": 1, "sha256": "0" * 64},
-    "updated_at": "2025-01-01T00:00:00Z",
-})
+DRIVER = DriverRecord.model_validate(
+    {
+        "id": "drv-1",
+        "vendor_id": "8086",
+        "vendor": "Intel",
+        "name": "Ethernet Controller",
+        "version": "2.1.10",
+        "previous_version": "2.1.9",
+        "stage": "intake",
+        "status": "in_review",
+        "hardware_ids": ["PCI\\VEN_8086&DEV_1533"],
+        "package": {"size": 1, "sha256": "0" * 64},
+        "updated_at": "2025-01-01T00:00:00Z",
+    }
+)
 
 
 def _check_answering(status: int, headers: dict[str, str] | None = None) -> Exception:

@@ -97,8 +97,10 @@ def test_slow_starts_lower_bound_is_dropped_when_refused_before_any_rate_held() 
     bisected = gv.SETTLE * (160 + 320) / 2
     assert gov.stats()["safe_rate"] is None and gov.rate == pytest.approx(gv.DECREASE * bisected)
     run = simulate(TokenBucketServer(130, 26), duration_s=65, workers=32, latency_s=0.012)
-    print(f"limit 130/s burst 26: {run.gov.stats()['429s']} 429s, "
-          f"served {run.served_rate(0, 65):.1f}/s")
+    print(
+        f"limit 130/s burst 26: {run.gov.stats()['429s']} 429s, "
+        f"served {run.served_rate(0, 65):.1f}/s"
+    )
     assert run.gov.stats()["429s"] <= 8  # eleven when the guess was kept
 
 
@@ -338,13 +340,15 @@ def test_an_exhausted_daily_quota_pauses_until_it_resets_and_says_so() -> None:
 def test_a_daily_quota_with_budget_left_paces_by_the_short_window_until_the_budget_binds() -> None:
     gov = RateGovernor(GovernorConfig(initial_rate=5, min_rate=0.01))
     # Plenty left for the time left (4000 in 40 s): the burst window (100/s) paces.
-    gov.observe(200, {"RateLimit-Policy": DAILY,
-                      "RateLimit": '"burst";r=80;t=1, "daily";r=4000;t=40'}, 0.0)
+    gov.observe(
+        200, {"RateLimit-Policy": DAILY, "RateLimit": '"burst";r=80;t=1, "daily";r=4000;t=40'}, 0.0
+    )
     assert gov.rate == pytest.approx(100 * gv.HEADER_MARGIN)
     # Little left for long (360 in an hour): spread it, 0.1/s, instead of spending it in
     # 4 s and going dark for the rest of the hour. Not the daily average (0.058/s) either.
-    gov.observe(200, {"RateLimit-Policy": DAILY,
-                      "RateLimit": '"burst";r=80;t=1, "daily";r=360;t=3600'}, 1.0)
+    gov.observe(
+        200, {"RateLimit-Policy": DAILY, "RateLimit": '"burst";r=80;t=1, "daily";r=360;t=3600'}, 1.0
+    )
     assert gov.rate == pytest.approx(0.1 * gv.HEADER_MARGIN, rel=1e-6)
     assert gov.state(1.0) == "header" and gov.paused_for_s(1.0) == 0
 

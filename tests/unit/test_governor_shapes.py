@@ -14,18 +14,35 @@ from tests.support.rate_sim import ShapeServer, simulate
 DURATION_S = 60.0
 LATENCY_S = 0.02
 #: (shape, whether its 429 says Retry-After): the sim's windows do; nginx and HAProxy don't.
-SHAPES = [("token", True), ("leaky", False), ("leaky-burst", False), ("leaky-delay", False),
-          ("fixed", True), ("sliding", True), ("sliding-log", True), ("haproxy", False)]
+SHAPES = [
+    ("token", True),
+    ("leaky", False),
+    ("leaky-burst", False),
+    ("leaky-delay", False),
+    ("fixed", True),
+    ("sliding", True),
+    ("sliding-log", True),
+    ("haproxy", False),
+]
 #: (shape, limit) -> utilization and 429 share measured today, below the target.
 NOT_YET = {
-    ("token", 60): "0.875", ("token", 150): "0.888",
+    ("token", 60): "0.875",
+    ("token", 150): "0.888",
     ("leaky", 60): "0.704 (nginx without burst: 17 ms apart, 58.8/s at most)",
     ("leaky", 150): "0.899",
-    ("leaky-burst", 10): "0.915", ("leaky-delay", 10): "0.937",
-    ("fixed", 10): "0.887", ("fixed", 60): "0.815", ("fixed", 150): "0.898",
-    ("sliding", 10): "0.847", ("sliding", 60): "0.804", ("sliding", 150): "0.875",
-    ("sliding-log", 10): "0.947", ("sliding-log", 60): "0.801", ("sliding-log", 150): "0.872",
-    ("haproxy", 10): "0.908, 9% 429s", ("haproxy", 60): "0.837, 17% 429s",
+    ("leaky-burst", 10): "0.915",
+    ("leaky-delay", 10): "0.937",
+    ("fixed", 10): "0.887",
+    ("fixed", 60): "0.815",
+    ("fixed", 150): "0.898",
+    ("sliding", 10): "0.847",
+    ("sliding", 60): "0.804",
+    ("sliding", 150): "0.875",
+    ("sliding-log", 10): "0.947",
+    ("sliding-log", 60): "0.801",
+    ("sliding-log", 150): "0.872",
+    ("haproxy", 10): "0.908, 9% 429s",
+    ("haproxy", 60): "0.837, 17% 429s",
     ("haproxy", 150): "0.316, 5% 429s (denied requests count: an overshoot echoes)",
 }
 
@@ -34,21 +51,27 @@ def _cases() -> list:
     out = []
     for name, retry_after in SHAPES:
         for rate in (10, 60, 150):
-            marks = ([pytest.mark.xfail(strict=True, reason=f"today {NOT_YET[name, rate]}")]
-                     if (name, rate) in NOT_YET else [])
+            marks = (
+                [pytest.mark.xfail(strict=True, reason=f"today {NOT_YET[name, rate]}")]
+                if (name, rate) in NOT_YET
+                else []
+            )
             out.append(pytest.param(name, retry_after, rate, marks=marks, id=f"{name}-{rate}"))
     return out
 
 
 @pytest.mark.parametrize(("name", "retry_after", "rate"), _cases())
 def test_cold_discovery_holds_on_every_shape(name: str, retry_after: bool, rate: float) -> None:
-    run = simulate(ShapeServer(name, rate, retry_after=retry_after),
-                   duration_s=DURATION_S, latency_s=LATENCY_S)
+    run = simulate(
+        ShapeServer(name, rate, retry_after=retry_after), duration_s=DURATION_S, latency_s=LATENCY_S
+    )
     utilization = run.served_rate(0, DURATION_S) / rate
     share = run.share_429(0, DURATION_S)
     first_15s = sum(1 for t, s in run.log if t < 15 and s == 429)
-    print(f"{name} at {rate}/s: utilization {utilization:.3f}, 429 share {share:.4f}, "
-          f"429s in the first 15 s {first_15s}")
+    print(
+        f"{name} at {rate}/s: utilization {utilization:.3f}, 429 share {share:.4f}, "
+        f"429s in the first 15 s {first_15s}"
+    )
     assert utilization >= 0.95 and share <= 0.01
 
 
@@ -56,7 +79,8 @@ def test_cold_discovery_holds_on_every_shape(name: str, retry_after: bool, rate:
 def test_without_retry_after_the_bracket_closes_after_each_hold(name: str) -> None:
     """A 429 without Retry-After costs one request, not a pause: after a rate holds, the
     governor bisects up to the last 429 even when it is near (it stayed at 0.85 before)."""
-    run = simulate(ShapeServer(name, 60, retry_after=False), duration_s=DURATION_S,
-                   latency_s=LATENCY_S)
+    run = simulate(
+        ShapeServer(name, 60, retry_after=False), duration_s=DURATION_S, latency_s=LATENCY_S
+    )
     assert run.served_rate(30, DURATION_S) >= 0.96 * 60
     assert run.share_429(30, DURATION_S) <= 0.01

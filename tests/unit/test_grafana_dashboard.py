@@ -16,8 +16,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "driver-review.json"
-DEFINITIONS = [ROOT / "driver_review" / "runtime" / "metrics.py",
-               ROOT / "serve_app" / "counters.py"]
+DEFINITIONS = [
+    ROOT / "driver_review" / "runtime" / "metrics.py",
+    ROOT / "serve_app" / "counters.py",
+]
 SUFFIXES = {"Gauge": ("",), "Counter": ("_total",), "Histogram": ("_bucket", "_sum", "_count")}
 #: Labels Ray and Prometheus add to every series.
 ADDED_LABELS = {"SessionName", "instance", "exported_instance", "job", "le"}
@@ -28,9 +30,13 @@ def exported() -> dict[str, set[str]]:
     series: dict[str, set[str]] = {}
     for path in DEFINITIONS:
         for node in ast.walk(ast.parse(path.read_text())):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in SUFFIXES and node.args
-                    and isinstance(node.args[0], ast.Constant)):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in SUFFIXES
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 continue
             tags: set[str] = set()
             for kw in node.keywords:
@@ -85,8 +91,11 @@ def test_every_query_names_an_exported_series_with_its_labels() -> None:
 
 
 def test_every_exported_metric_has_a_panel() -> None:
-    used = {name for _, expr in _queries(json.loads(DASHBOARD.read_text()))
-            for name in re.findall(r"\bray_driver_review_\w+", expr)}
+    used = {
+        name
+        for _, expr in _queries(json.loads(DASHBOARD.read_text()))
+        for name in re.findall(r"\bray_driver_review_\w+", expr)
+    }
     bases = {re.sub(r"_(total|bucket|sum|count)$", "", n) for n in used}
     defined = {re.sub(r"_(total|bucket|sum|count)$", "", n) for n in exported()}
     assert defined - bases == set(), f"no panel shows {sorted(defined - bases)}"

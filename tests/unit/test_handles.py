@@ -43,8 +43,12 @@ WRAPS: dict[type[ActorRef], type] = {
 
 
 def _client_methods() -> list[tuple[type[ActorRef], str]]:
-    return [(cls, name) for cls in WRAPS for name, value in vars(cls).items()
-            if not name.startswith("_") and inspect.isfunction(value)]
+    return [
+        (cls, name)
+        for cls in WRAPS
+        for name, value in vars(cls).items()
+        if not name.startswith("_") and inspect.isfunction(value)
+    ]
 
 
 def _remote_call(cls: type, name: str) -> ast.Call:
@@ -52,23 +56,32 @@ def _remote_call(cls: type, name: str) -> ast.Call:
     tree = ast.parse(textwrap.dedent(inspect.getsource(getattr(cls, name))))
     func = tree.body[0]
     assert isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef)
-    calls = [node for node in ast.walk(func) if isinstance(node, ast.Call)
-             and isinstance(node.func, ast.Attribute) and node.func.attr in ("call", "call_sync")
-             and isinstance(node.func.value, ast.Name) and node.func.value.id == "self"]
+    calls = [
+        node
+        for node in ast.walk(func)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("call", "call_sync")
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "self"
+    ]
     assert len(calls) == 1, f"{cls.__name__}.{name}: {len(calls)} remote calls, not one"
     return calls[0]
 
 
 def test_every_client_is_checked() -> None:
-    clients = {value for value in vars(handles).values()
-               if isinstance(value, type) and issubclass(value, ActorRef)
-               and value is not ActorRef}
+    clients = {
+        value
+        for value in vars(handles).values()
+        if isinstance(value, type) and issubclass(value, ActorRef) and value is not ActorRef
+    }
     assert clients == set(WRAPS)
     assert set(handles.__all__) == {cls.__name__ for cls in WRAPS}
 
 
-@pytest.mark.parametrize(("cls", "name"), _client_methods(),
-                         ids=lambda v: v if isinstance(v, str) else v.__name__)
+@pytest.mark.parametrize(
+    ("cls", "name"), _client_methods(), ids=lambda v: v if isinstance(v, str) else v.__name__
+)
 def test_client_method_matches_its_actor(cls: type[ActorRef], name: str) -> None:
     if name == "name_for":  # a static helper, not a remote call
         return
@@ -77,7 +90,8 @@ def test_client_method_matches_its_actor(cls: type[ActorRef], name: str) -> None
     where = f"{cls.__name__}.{name}"
     remote_arg = call.args[0]
     assert isinstance(remote_arg, ast.Constant) and isinstance(remote_arg.value, str), (
-        f"{where}: the remote method is not a string literal")
+        f"{where}: the remote method is not a string literal"
+    )
     remote = remote_arg.value
     sync = name.endswith("_sync")
     assert remote == name.removesuffix("_sync"), f"{where} calls {remote!r}"
@@ -90,8 +104,9 @@ def test_client_method_matches_its_actor(cls: type[ActorRef], name: str) -> None
     actor_params = list(inspect.signature(target).parameters)[1:]
     client_params = list(inspect.signature(getattr(cls, name)).parameters)[1:]
     # Same names, same order: the client is the actor's signature, typed.
-    assert client_params == actor_params[:len(client_params)], (
-        f"{where}{client_params} against {actor.__name__}.{remote}{actor_params}")
+    assert client_params == actor_params[: len(client_params)], (
+        f"{where}{client_params} against {actor.__name__}.{remote}{actor_params}"
+    )
     # Each argument sent is built from the client parameter in that place.
     for param, arg in zip(client_params, call.args[1:], strict=True):
         used = {n.id for n in ast.walk(arg) if isinstance(n, ast.Name)}
@@ -135,8 +150,11 @@ def _string_callers() -> dict[str, list[int]]:
     for package in ("driver_review", "serve_app", "jobs"):
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            lines = [i for i, line in enumerate(path.read_text().splitlines(), 1)
-                     if STRING_CALL.search(line)]
+            lines = [
+                i
+                for i, line in enumerate(path.read_text().splitlines(), 1)
+                if STRING_CALL.search(line)
+            ]
             if lines:
                 found[rel] = lines
     return found
@@ -145,7 +163,8 @@ def _string_callers() -> dict[str, list[int]]:
 def test_no_module_calls_an_actor_method_by_string() -> None:
     found = _string_callers()
     offenders: dict[str, Any] = {
-        rel: lines for rel, lines in found.items() if rel not in ALLOWED | PENDING}
+        rel: lines for rel, lines in found.items() if rel not in ALLOWED | PENDING
+    }
     assert not offenders, f"call the typed client (runtime/handles.py) instead: {offenders}"
     done = sorted(PENDING - set(found))
     assert not done, f"no longer calling by string, remove from PENDING: {done}"

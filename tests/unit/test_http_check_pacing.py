@@ -38,7 +38,8 @@ async def _review(
     check = build_check("scan", spec)
     async with httpx.AsyncClient() as client:
         factory = context_factory(
-            FakeCatalog(), http=client,  # type: ignore[arg-type]
+            FakeCatalog(),
+            http=client,  # type: ignore[arg-type]
             limiters={"scan": limiter} if limiter is not None else None,
         )
         return await asyncio.gather(*(run_stage(d, [check], factory) for d in drivers))
@@ -97,8 +98,11 @@ def test_a_paused_endpoint_fails_fast_instead_of_holding_the_driver() -> None:
     server = CheckServer(rate=100).start()
     try:
         gov = RateGovernor(GovernorConfig(), key=endpoint_key(server.url))
-        gov.observe(200, {"RateLimit-Policy": '"daily";q=10;w=86400',
-                          "RateLimit": '"daily";r=0;t=3600'}, __import__("time").monotonic())
+        gov.observe(
+            200,
+            {"RateLimit-Policy": '"daily";q=10;w=86400', "RateLimit": '"daily";r=0;t=3600'},
+            __import__("time").monotonic(),
+        )
         spec = CheckSpec(kind="http", url=f"{server.url}/check", max_wait_s=5)
         (result,) = asyncio.run(_review(_drivers(1), spec, LocalLimiter(gov)))
     finally:
@@ -116,8 +120,9 @@ def test_bearer_credentials_come_from_the_environment_and_never_show(monkeypatch
         spec = CheckSpec(kind="http", url=url, auth=auth)
         (ok,) = asyncio.run(_review(_drivers(1), spec, None))
         monkeypatch.setenv("SCAN_TOKEN", "wrong-" + TOKEN)
-        (refused,) = asyncio.run(_review(_drivers(1), CheckSpec(kind="http", url=url, auth=auth),
-                                         None))
+        (refused,) = asyncio.run(
+            _review(_drivers(1), CheckSpec(kind="http", url=url, auth=auth), None)
+        )
     finally:
         server.stop()
     assert ok.verdict == "approved"
@@ -127,11 +132,18 @@ def test_bearer_credentials_come_from_the_environment_and_never_show(monkeypatch
 
 def test_a_missing_check_credential_fails_at_start_naming_the_variable(monkeypatch) -> None:
     monkeypatch.delenv("NO_SUCH_SCAN_TOKEN", raising=False)
-    config = parse_config({
-        "stages": [{"name": "security", "checks": ["scan"]}],
-        "checks": {"scan": {"kind": "http", "url": "http://127.0.0.1:9/check",
-                            "auth": {"kind": "bearer", "token_env": "NO_SUCH_SCAN_TOKEN"}}},
-    })
+    config = parse_config(
+        {
+            "stages": [{"name": "security", "checks": ["scan"]}],
+            "checks": {
+                "scan": {
+                    "kind": "http",
+                    "url": "http://127.0.0.1:9/check",
+                    "auth": {"kind": "bearer", "token_env": "NO_SUCH_SCAN_TOKEN"},
+                }
+            },
+        }
+    )
     with pytest.raises(ConfigError) as err:
         config.check_environment()
     assert str(err.value) == (
@@ -140,12 +152,15 @@ def test_a_missing_check_credential_fails_at_start_naming_the_variable(monkeypat
     assert "NO_SUCH_SCAN_TOKEN" not in os.environ
 
 
-@pytest.mark.parametrize(("url", "rate_key", "key"), [
-    ("https://u:pw@Scan.Example/v1/x?k=1", None, "https://scan.example:443"),
-    ("http://127.0.0.1:8080/a", None, "http://127.0.0.1:8080"),
-    ("http://[::1]/a", None, "http://[::1]:80"),
-    ("https://a.example/x", "shared-quota", "shared-quota"),
-])
+@pytest.mark.parametrize(
+    ("url", "rate_key", "key"),
+    [
+        ("https://u:pw@Scan.Example/v1/x?k=1", None, "https://scan.example:443"),
+        ("http://127.0.0.1:8080/a", None, "http://127.0.0.1:8080"),
+        ("http://[::1]/a", None, "http://[::1]:80"),
+        ("https://a.example/x", "shared-quota", "shared-quota"),
+    ],
+)
 def test_endpoint_keys_hold_no_credentials_path_or_query(
     url: str, rate_key: str | None, key: str
 ) -> None:
@@ -154,8 +169,12 @@ def test_endpoint_keys_hold_no_credentials_path_or_query(
 
 def test_auth_and_rate_key_are_for_http_checks_only() -> None:
     with pytest.raises(ConfigError, match="auth/rate_key apply to http checks only"):
-        parse_config({"stages": [{"name": "s", "checks": ["malware_scan"]}],
-                      "checks": {"malware_scan": {"rate_key": "x"}}})
+        parse_config(
+            {
+                "stages": [{"name": "s", "checks": ["malware_scan"]}],
+                "checks": {"malware_scan": {"rate_key": "x"}},
+            }
+        )
 
 
 def test_the_catalog_client_sends_its_credentials_from_the_environment(monkeypatch) -> None:
@@ -169,8 +188,10 @@ def test_the_catalog_client_sends_its_credentials_from_the_environment(monkeypat
         return httpx.Response(200, json={"items": [], "next_cursor": None})
 
     monkeypatch.setenv("CATALOG_KEY", TOKEN)
-    config = CatalogConfig(url="http://catalog.test",
-                           auth={"kind": "header", "name": "X-Api-Key", "value_env": "CATALOG_KEY"})
+    config = CatalogConfig(
+        url="http://catalog.test",
+        auth={"kind": "header", "name": "X-Api-Key", "value_env": "CATALOG_KEY"},
+    )
 
     async def go() -> None:
         catalog = HttpCatalog(config, transport=httpx.MockTransport(handler))

@@ -21,19 +21,35 @@ STAGES = ["intake", "security", "compatibility"]
 
 
 def row(i: int, **over: Any) -> dict[str, Any]:
-    return {"id": f"drv-{i}", "version": "1.0", "stage": "intake", "status": "in_review",
-            "updated_at": f"2025-01-01T00:00:{i:02d}Z"} | over
+    return {
+        "id": f"drv-{i}",
+        "version": "1.0",
+        "stage": "intake",
+        "status": "in_review",
+        "updated_at": f"2025-01-01T00:00:{i:02d}Z",
+    } | over
 
 
 def record(driver_id: str, **over: Any) -> dict[str, Any]:
-    return {"id": driver_id, "vendor_id": "v1", "vendor": "Acme", "name": "NIC",
-            "version": "2.0", "stage": "security", "status": "in_review",
-            "hardware_ids": ["PCI\\VEN_8086&DEV_1234"], "package": {"size": 3, "sha256": "a" * 64},
-            "updated_at": "2025-01-01T00:01:00Z"} | over
+    return {
+        "id": driver_id,
+        "vendor_id": "v1",
+        "vendor": "Acme",
+        "name": "NIC",
+        "version": "2.0",
+        "stage": "security",
+        "status": "in_review",
+        "hardware_ids": ["PCI\\VEN_8086&DEV_1234"],
+        "package": {"size": 3, "sha256": "a" * 64},
+        "updated_at": "2025-01-01T00:01:00Z",
+    } | over
 
 
-def listing(pages: list[list[Any]], records: dict[str, dict] | None = None,
-            requests: list[httpx.Request] | None = None):
+def listing(
+    pages: list[list[Any]],
+    records: dict[str, dict] | None = None,
+    requests: list[httpx.Request] | None = None,
+):
     def handler(request: httpx.Request) -> httpx.Response:
         if requests is not None:
             requests.append(request)
@@ -54,8 +70,11 @@ def run(handler, coro_fn, **config: Any) -> Any:
     async def main() -> Any:
         catalog = HttpCatalog(
             CatalogConfig(url="http://catalog.test", max_attempts=2, **config),
-            transport=httpx.MockTransport(handler), sleep=_no_sleep,
-            wall_clock=lambda: NOW_WALL, stages=STAGES)
+            transport=httpx.MockTransport(handler),
+            sleep=_no_sleep,
+            wall_clock=lambda: NOW_WALL,
+            stages=STAGES,
+        )
         try:
             return await coro_fn(catalog)
         finally:
@@ -107,19 +126,27 @@ def test_missing_fields_and_rows_that_are_not_objects() -> None:
 
 def test_a_bad_row_whose_record_by_id_is_good_is_resolved_to_that_record() -> None:
     requests: list[httpx.Request] = []
-    handler = listing([[row(1, stage="legal_review"), row(2, version=".."), row(3, id="..")]],
-                      records={"drv-1": record("drv-1"), "drv-2": record("drv-2")},
-                      requests=requests)
+    handler = listing(
+        [[row(1, stage="legal_review"), row(2, version=".."), row(3, id="..")]],
+        records={"drv-1": record("drv-1"), "drv-2": record("drv-2")},
+        requests=requests,
+    )
     got, stats = run(handler, lambda c: _with_stats(c))
     assert [(g.id, g.version, g.stage) for g in got if isinstance(g, DriverSummary)] == [
-        ("drv-1", "2.0", "security"), ("drv-2", "2.0", "security")]
+        ("drv-1", "2.0", "security"),
+        ("drv-2", "2.0", "security"),
+    ]
     (bad,) = [g for g in got if isinstance(g, BadRow)]
     assert bad.kind == "bad_id" and bad.driver_id is None and bad.shown_id == "'..'"
     # ``..`` never became a request path: only the two usable ids were fetched by id.
     assert [r.url.path for r in requests if r.url.path != "/v1/drivers"] == [
-        "/v1/drivers/drv-1", "/v1/drivers/drv-2"]
-    assert stats["rows"] == {"bad": {"bad_id": 1},
-                             "resolved": {"unknown_stage": 1, "bad_version": 1}}
+        "/v1/drivers/drv-1",
+        "/v1/drivers/drv-2",
+    ]
+    assert stats["rows"] == {
+        "bad": {"bad_id": 1},
+        "resolved": {"unknown_stage": 1, "bad_version": 1},
+    }
 
 
 async def _with_stats(catalog: HttpCatalog) -> tuple[list, dict]:
@@ -127,11 +154,15 @@ async def _with_stats(catalog: HttpCatalog) -> tuple[list, dict]:
 
 
 def test_a_bad_record_by_id_keeps_the_row_quarantined() -> None:
-    handler = listing([[row(1, stage="legal_review"), row(2, version="x" * 40)]],
-                      records={"drv-1": record("drv-1", stage="legal_review")})
+    handler = listing(
+        [[row(1, stage="legal_review"), row(2, version="x" * 40)]],
+        records={"drv-1": record("drv-1", stage="legal_review")},
+    )
     got = run(handler, _all)
-    assert [(g.kind, g.driver_id) for g in got] == [("unknown_stage", "drv-1"),
-                                                     ("bad_version", "drv-2")]
+    assert [(g.kind, g.driver_id) for g in got] == [
+        ("unknown_stage", "drv-1"),
+        ("bad_version", "drv-2"),
+    ]
     assert "record by id" in got[0].reason and "record by id: NotFound" in got[1].reason
 
 
@@ -170,8 +201,9 @@ def test_a_streamed_record_stops_at_the_cap_without_a_content_length() -> None:
 
 def test_packages_are_capped_by_the_configured_package_size() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=b"p" * 5000,
-                              headers={"content-type": "application/octet-stream"})
+        return httpx.Response(
+            200, content=b"p" * 5000, headers={"content-type": "application/octet-stream"}
+        )
 
     assert len(run(handler, lambda c: c.get_package("drv-1"), max_package_bytes=5000)) == 5000
     with pytest.raises(ResponseTooLarge, match="4999-byte cap"):

@@ -16,8 +16,9 @@ from driver_review.identifiers import (
 )
 
 
-@pytest.mark.parametrize("good", ["drv-0001", "PCI_VEN_10DE", "a" * MAX_ID_CHARS,
-                                  "nvidia:gfx.535", "ü-driver"])
+@pytest.mark.parametrize(
+    "good", ["drv-0001", "PCI_VEN_10DE", "a" * MAX_ID_CHARS, "nvidia:gfx.535", "ü-driver"]
+)
 def test_ordinary_ids_pass(good: str) -> None:
     assert id_problem(good) is None
 

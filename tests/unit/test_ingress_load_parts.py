@@ -33,7 +33,7 @@ def _records(data: bytes) -> list[bytes]:
     while pos < len(data):
         nl = data.index(b"\n", pos)
         n = int(data[pos:nl])
-        out.append(data[nl + 1:nl + 1 + n])
+        out.append(data[nl + 1 : nl + 1 + n])
         pos = nl + 1 + n
     return out
 
@@ -77,18 +77,22 @@ def test_result_line_is_found_among_wrk_output() -> None:
         parse_result("Running 5s test\n")
 
 
-@pytest.mark.parametrize(("kwargs", "problem"), [
-    ({"connections": 1, "duration_s": 5, "threads": 2}, "threads <= connections"),
-    ({"connections": 8, "duration_s": 0}, "duration_s"),
-    ({"connections": 8, "duration_s": 601}, "duration_s"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "problem"),
+    [
+        ({"connections": 1, "duration_s": 5, "threads": 2}, "threads <= connections"),
+        ({"connections": 8, "duration_s": 0}, "duration_s"),
+        ({"connections": 8, "duration_s": 601}, "duration_s"),
+    ],
+)
 def test_bad_wrk_loads_are_one_line_errors(kwargs: dict, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         WrkLoad(**kwargs)
 
 
 def test_auto_falls_back_to_serves_proxy_with_one_line_without_haproxy(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setenv(proxies.HAPROXY_BINARY_ENV, "/nonexistent/haproxy")
     assert proxies.haproxy_binary() is None
@@ -102,8 +106,9 @@ def test_auto_falls_back_to_serves_proxy_with_one_line_without_haproxy(
         proxies.resolve_proxy("nginx")
 
 
-def test_an_explicit_haproxy_binary_is_used(monkeypatch: pytest.MonkeyPatch,
-                                             tmp_path: Path) -> None:
+def test_an_explicit_haproxy_binary_is_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     binary = tmp_path / "haproxy"
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)

@@ -28,9 +28,12 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 def test_no_package_imports_a_layer_above_it(package: str) -> None:
     files = sorted((ROOT / package).rglob("*.py"))
     assert len(files) > 5
-    wrong = [f"{path.relative_to(ROOT)}:{line} imports {name}"
-             for path in files for line, name in _imports(path)
-             if name.split(".")[0] in FORBIDDEN[package]]
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in files
+        for line, name in _imports(path)
+        if name.split(".")[0] in FORBIDDEN[package]
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -45,4 +48,5 @@ def test_each_environment_variable_is_named_once() -> None:
             text = path.read_text()
             for name in names:
                 assert f'"{name}"' not in text and f"'{name}'" not in text, (
-                    f"{path.relative_to(ROOT)} spells {name}: use driver_review.env")
+                    f"{path.relative_to(ROOT)} spells {name}: use driver_review.env"
+                )

@@ -34,8 +34,13 @@ def make_core(clock: Clock, **window) -> OrchestratorCore:
     return OrchestratorCore(cfg, clock=clock)
 
 
-def change(i: int, version: str = "1.0.0.1", stage: int = INTAKE, t: float = 1.0,
-           status: Status = Status.IN_REVIEW) -> Change:
+def change(
+    i: int,
+    version: str = "1.0.0.1",
+    stage: int = INTAKE,
+    t: float = 1.0,
+    status: Status = Status.IN_REVIEW,
+) -> Change:
     return Change(f"drv-{i:04d}", version, stage, status, t)
 
 
@@ -43,8 +48,14 @@ def items(leases) -> list[tuple[str, str, str]]:
     out = []
     for lease in leases:
         batch: pa.RecordBatch = lease.batch[0]
-        out += list(zip(batch["driver_id"].to_pylist(), batch["version"].to_pylist(),
-                        batch["stage"].to_pylist(), strict=True))
+        out += list(
+            zip(
+                batch["driver_id"].to_pylist(),
+                batch["version"].to_pylist(),
+                batch["stage"].to_pylist(),
+                strict=True,
+            )
+        )
     return out
 
 
@@ -141,8 +152,9 @@ def test_a_late_approval_of_an_errored_retry_follows_the_driver_on(clock: Clock)
     (second,) = core.demand("intake", 10)
     core.report(second.lease_id, [ItemResult("drv-0001", "1.0.0.1", "intake", Verdict.ERROR)])
     after = change(1, stage=SECURITY, t=2.0)
-    core.report(first.lease_id,
-                [ItemResult("drv-0001", "1.0.0.1", "intake", Verdict.APPROVED, after)])
+    core.report(
+        first.lease_id, [ItemResult("drv-0001", "1.0.0.1", "intake", Verdict.APPROVED, after)]
+    )
     assert items(core.demand("security", 10)) == [("drv-0001", "1.0.0.1", "security")]
 
 
@@ -150,8 +162,9 @@ def test_a_lease_from_before_a_restart_names_no_new_lease(clock: Clock) -> None:
     core = make_core(clock)
     core.intake([change(i) for i in range(8)])
     old = core.demand("intake", 4)
-    again = OrchestratorCore(core.config, clock=clock, ledger=Ledger.from_arrow(
-        core.ledger.to_arrow()))
+    again = OrchestratorCore(
+        core.config, clock=clock, ledger=Ledger.from_arrow(core.ledger.to_arrow())
+    )
     new = again.demand("intake", 4)
     assert {lease.lease_id for lease in old}.isdisjoint(lease.lease_id for lease in new)
     # The old reviewer's keep-alive and report touch none of the new leases.
@@ -196,8 +209,9 @@ def test_stale_slices_are_spread_and_oldest_first(clock: Clock) -> None:
     first = items(leases)
     assert len(first) == 20
     for lease in leases:
-        core.report(lease.lease_id, [ItemResult(d, v, s, Verdict.CONFIRMED)
-                                     for d, v, s in items([lease])])
+        core.report(
+            lease.lease_id, [ItemResult(d, v, s, Verdict.CONFIRMED) for d, v, s in items([lease])]
+        )
     clock.now += 1
     assert core.tick()["stale"] == 20
     second = {d for d, _, _ in items(core.demand("compatibility", 100))}
@@ -251,7 +265,11 @@ def test_a_ledger_table_is_a_copy_not_a_view() -> None:
     ledger.decide(0, version="2.0", stage=SECURITY, verdict=Verdict.APPROVED, reviewed_at=3.0)
     row = table.to_pylist()[0]
     assert (row["version"].rstrip(b"\0"), row["stage"], row["changed_at"], row["reviewed_at"]) == (
-        b"1.0", INTAKE, 1.0, 0.0)
+        b"1.0",
+        INTAKE,
+        1.0,
+        0.0,
+    )
 
 
 def test_unknown_stage_is_a_clear_error(clock: Clock) -> None:

@@ -21,8 +21,9 @@ def _spent_at(grant_clock: str | None, bucket_clock: str | None) -> list[float]:
         now[0] += s
 
     async def run() -> None:
-        bucket = PermitBucket(lease, batch=4, clock=lambda: now[0], sleep=sleep,
-                              clock_name=bucket_clock)
+        bucket = PermitBucket(
+            lease, batch=4, clock=lambda: now[0], sleep=sleep, clock_name=bucket_clock
+        )
         for _ in range(3):
             await bucket.acquire()
             spent.append(round(now[0], 3))

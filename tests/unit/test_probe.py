@@ -16,8 +16,17 @@ from driver_review.config import PipelineConfig, load_config
 from driver_review.probe import MAX_REQUESTS, ProbeReport, latency_ms, run_probe
 from driver_review.sim import SimServer, SimSettings
 
-ITEMS = {"auth", "listing", "changes", "record", "etag", "errors", "retry-after",
-         "ratelimit", "latency"}
+ITEMS = {
+    "auth",
+    "listing",
+    "changes",
+    "record",
+    "etag",
+    "errors",
+    "retry-after",
+    "ratelimit",
+    "latency",
+}
 TOKEN = "probe-secret-token-4711"
 
 
@@ -60,8 +69,7 @@ def test_simulator_holds_the_contract_within_the_budget(
     assert report.requests == len(wire.requests) <= MAX_REQUESTS
     # Read-only: the one POST is the check itself, and nothing is ever PUT.
     assert [r.method for r in wire.requests].count("PUT") == 0
-    assert [r.url.path for r in wire.requests if r.method == "POST"] == [
-        "/v1/checks/malware_scan"]
+    assert [r.url.path for r in wire.requests if r.method == "POST"] == ["/v1/checks/malware_scan"]
     p50, p99 = latency_ms(report.latencies_s)
     assert p50 is not None and p99 is not None and p50 <= p99
 
@@ -69,8 +77,9 @@ def test_simulator_holds_the_contract_within_the_budget(
 def test_a_limit_met_is_waited_out_and_its_retry_after_form_reported(
     sim_factory: Callable[..., SimServer],
 ) -> None:
-    sim = sim_factory(SimSettings(drivers=30, seed=3, rate_limit=4, rate_burst=1,
-                                  retry_after_format="http-date"))
+    sim = sim_factory(
+        SimSettings(drivers=30, seed=3, rate_limit=4, rate_burst=1, retry_after_format="http-date")
+    )
     wire = Counting()
     report = run_probe(_config(sim.url), transport=wire)
     items = _by_name(report)
@@ -80,14 +89,35 @@ def test_a_limit_met_is_waited_out_and_its_retry_after_form_reported(
     assert sum(1 for i in report.items if i.status == "ok") >= 6
 
 
-def _broken_catalog(*, repeat_cursor: bool = False, etag: bool = True,
-                    json_404: bool = True, token: str | None = None,
-                    changes_back: bool = False) -> httpx.MockTransport:
-    rows = [{"id": f"d{i}", "version": "1.0", "stage": "intake", "status": "in_review",
-             "updated_at": f"2026-01-0{i + 1}T00:00:00Z"} for i in range(6)]
-    record = {"vendor_id": "v", "vendor": "V", "name": "n", "version": "1.0",
-              "stage": "intake", "status": "in_review", "hardware_ids": [],
-              "package": {"size": 1, "sha256": "0" * 64}, "updated_at": "2026-01-01T00:00:00Z"}
+def _broken_catalog(
+    *,
+    repeat_cursor: bool = False,
+    etag: bool = True,
+    json_404: bool = True,
+    token: str | None = None,
+    changes_back: bool = False,
+) -> httpx.MockTransport:
+    rows = [
+        {
+            "id": f"d{i}",
+            "version": "1.0",
+            "stage": "intake",
+            "status": "in_review",
+            "updated_at": f"2026-01-0{i + 1}T00:00:00Z",
+        }
+        for i in range(6)
+    ]
+    record = {
+        "vendor_id": "v",
+        "vendor": "V",
+        "name": "n",
+        "version": "1.0",
+        "stage": "intake",
+        "status": "in_review",
+        "hardware_ids": [],
+        "package": {"size": 1, "sha256": "0" * 64},
+        "updated_at": "2026-01-01T00:00:00Z",
+    }
 
     def handle(request: httpx.Request) -> httpx.Response:
         if token is not None and request.headers.get("authorization") != f"Bearer {token}":
@@ -95,8 +125,9 @@ def _broken_catalog(*, repeat_cursor: bool = False, etag: bool = True,
         path, q = request.url.path, request.url.params
         if path == "/v1/drivers":
             start = 0 if repeat_cursor or "cursor" not in q else int(q["cursor"])
-            return httpx.Response(200, json={"items": rows[start:start + 3],
-                                             "next_cursor": str(start + 3)})
+            return httpx.Response(
+                200, json={"items": rows[start : start + 3], "next_cursor": str(start + 3)}
+            )
         if path == "/v1/drivers/changes":
             page = list(reversed(rows)) if changes_back else rows
             return httpx.Response(200, json={"items": page, "next_cursor": None})
@@ -104,8 +135,9 @@ def _broken_catalog(*, repeat_cursor: bool = False, etag: bool = True,
         if driver in {r["id"] for r in rows}:
             if etag and request.headers.get("if-none-match") == '"e1"':
                 return httpx.Response(304, headers={"etag": '"e1"'})
-            return httpx.Response(200, json={"id": driver, **record},
-                                  headers={"etag": '"e1"'} if etag else {})
+            return httpx.Response(
+                200, json={"id": driver, **record}, headers={"etag": '"e1"'} if etag else {}
+            )
         if json_404:
             return httpx.Response(404, json={"detail": "no such driver"})
         return httpx.Response(404, text="<html>Not Found</html>")
@@ -118,15 +150,19 @@ def test_a_well_behaved_fake_passes() -> None:
     assert report.ok, report.items
 
 
-@pytest.mark.parametrize(("fault", "item", "words"), [
-    ({"repeat_cursor": True}, "listing", "does not advance"),
-    ({"etag": False}, "etag", "no ETag"),
-    ({"json_404": False}, "errors", "not JSON"),
-    ({"changes_back": True}, "changes", "goes back"),
-])
+@pytest.mark.parametrize(
+    ("fault", "item", "words"),
+    [
+        ({"repeat_cursor": True}, "listing", "does not advance"),
+        ({"etag": False}, "etag", "no ETag"),
+        ({"json_404": False}, "errors", "not JSON"),
+        ({"changes_back": True}, "changes", "goes back"),
+    ],
+)
 def test_each_contract_break_is_named(fault: dict[str, bool], item: str, words: str) -> None:
-    report = run_probe(_config("http://vendor.test"), transport=_broken_catalog(**fault),
-                       min_gap_s=0)
+    report = run_probe(
+        _config("http://vendor.test"), transport=_broken_catalog(**fault), min_gap_s=0
+    )
     assert not report.ok
     broken = {i.name: i.detail for i in report.items if i.status == "BROKEN"}
     assert list(broken) == [item] and words in broken[item]
@@ -134,18 +170,24 @@ def test_each_contract_break_is_named(fault: dict[str, bool], item: str, words: 
 
 def test_credentials_come_from_the_environment_and_never_show() -> None:
     cfg = _config("http://vendor.test", auth={"kind": "bearer", "token_env": "VENDOR_TOKEN"})
-    good = run_probe(cfg, transport=_broken_catalog(token=TOKEN),
-                     environ={"VENDOR_TOKEN": TOKEN}, min_gap_s=0)
+    good = run_probe(
+        cfg, transport=_broken_catalog(token=TOKEN), environ={"VENDOR_TOKEN": TOKEN}, min_gap_s=0
+    )
     assert good.ok, good.items
     assert TOKEN not in json.dumps(good.as_dict())
-    bad = run_probe(cfg, transport=_broken_catalog(token=TOKEN),
-                    environ={"VENDOR_TOKEN": "wrong-token"}, min_gap_s=0)
+    bad = run_probe(
+        cfg,
+        transport=_broken_catalog(token=TOKEN),
+        environ={"VENDOR_TOKEN": "wrong-token"},
+        min_gap_s=0,
+    )
     assert not bad.ok and bad.requests == 1  # refused: nothing else is asked
     assert _by_name(bad)["auth"] == ("BROKEN", "HTTP 401 with bearer from the environment")
 
 
-def test_cli_exit_codes(sim_factory: Callable[..., SimServer],
-                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_exit_codes(
+    sim_factory: Callable[..., SimServer], capsys: pytest.CaptureFixture[str]
+) -> None:
     sim = sim_factory(drivers=10, seed=4)
     assert main(["probe", "--catalog-url", sim.url, "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -24,52 +24,83 @@ from driver_review.quarantine import BadRow, fingerprint
 NOW = 1_750_000_000.0
 STAGES = ["intake", "security", "compatibility"]
 # No per-example deadline: a loaded CI machine is slow, not wrong; the count bounds it.
-BOUNDED = settings(max_examples=150, deadline=None, derandomize=True,
-                   suppress_health_check=[HealthCheck.too_slow])
+BOUNDED = settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 tried: dict[str, int] = {"client_pages": 0, "client_rows": 0, "intake_changes": 0}
 
 # --- rows: good ones, and ones spoiled in exactly one guaranteed-bad way -----------------
 
 versions = st.from_regex(r"[0-9]{1,4}(\.[0-9]{1,4}){0,3}(-[a-z0-9]{1,6})?", fullmatch=True)
-times = st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2025, 6, 1),
-                     timezones=st.just(UTC))
+times = st.datetimes(
+    min_value=datetime(1970, 1, 2), max_value=datetime(2025, 6, 1), timezones=st.just(UTC)
+)
 control = st.sampled_from(["\n", "\x00", "\x1b[2J", "\r", "\u2028"])
-json_scalars = st.one_of(st.none(), st.booleans(), st.integers(),
-                         st.floats(allow_nan=False, allow_infinity=False),
-                         st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3),
-                                                                              st.integers(),
-                                                                              max_size=2))
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
 not_str = json_scalars.filter(lambda v: not isinstance(v, str))
-bad_ids = st.one_of(not_str, st.sampled_from(["", ".", "..", "a/b", "a\\b", " x", "x "]),
-                    st.builds(lambda a, c: f"drv{c}{a}", st.text(max_size=5), control),
-                    st.text(min_size=129, max_size=300, alphabet="xyz"))
-bad_versions = st.one_of(not_str, st.sampled_from(["", ".", "..", "1/2", " 1"]),
-                         st.builds(lambda a, c: f"{a}{c}", versions, control),
-                         st.text(min_size=33, max_size=200, alphabet="0123456789."),
-                         st.just("é" * 17))
-bad_stages = st.one_of(not_str.filter(lambda v: v is not None),
-                       st.text(min_size=1, max_size=20).filter(lambda s: s not in STAGES))
-bad_statuses = st.one_of(not_str, st.text(max_size=12).filter(
-    lambda s: s not in ("in_review", "published", "rejected")))
+bad_ids = st.one_of(
+    not_str,
+    st.sampled_from(["", ".", "..", "a/b", "a\\b", " x", "x "]),
+    st.builds(lambda a, c: f"drv{c}{a}", st.text(max_size=5), control),
+    st.text(min_size=129, max_size=300, alphabet="xyz"),
+)
+bad_versions = st.one_of(
+    not_str,
+    st.sampled_from(["", ".", "..", "1/2", " 1"]),
+    st.builds(lambda a, c: f"{a}{c}", versions, control),
+    st.text(min_size=33, max_size=200, alphabet="0123456789."),
+    st.just("é" * 17),
+)
+bad_stages = st.one_of(
+    not_str.filter(lambda v: v is not None),
+    st.text(min_size=1, max_size=20).filter(lambda s: s not in STAGES),
+)
+bad_statuses = st.one_of(
+    not_str, st.text(max_size=12).filter(lambda s: s not in ("in_review", "published", "rejected"))
+)
 bad_times = st.one_of(
-    st.sampled_from(["2999-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "1900-01-01T00:00:00Z",
-                     "2025-01-01T00:00:00", "9999-12-31T23:59:59+00:00"]),
+    st.sampled_from(
+        [
+            "2999-01-01T00:00:00Z",
+            "1969-12-31T23:59:59Z",
+            "1900-01-01T00:00:00Z",
+            "2025-01-01T00:00:00",
+            "9999-12-31T23:59:59+00:00",
+        ]
+    ),
     st.text(max_size=20).map(lambda t: "x" + t),
-    st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(),
-                                                         max_size=1))
-SPOILERS = {"id": bad_ids, "version": bad_versions, "stage": bad_stages,
-            "status": bad_statuses, "updated_at": bad_times}
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=1),
+)
+SPOILERS = {
+    "id": bad_ids,
+    "version": bad_versions,
+    "stage": bad_stages,
+    "status": bad_statuses,
+    "updated_at": bad_times,
+}
 
 
 @st.composite
 def good_row(draw: st.DrawFn, i: int) -> dict[str, Any]:
-    return {"id": f"drv-{i}", "version": draw(versions),
-            "stage": draw(st.sampled_from([*STAGES, None])),
-            "status": draw(st.sampled_from(["in_review", "published", "rejected"])),
-            "updated_at": draw(times).isoformat().replace("+00:00", "Z"),
-            # extra fields from a newer catalog are ignored, not a reason to refuse
-            **draw(st.dictionaries(st.sampled_from(["vendor", "note"]), st.text(max_size=5),
-                                   max_size=1))}
+    return {
+        "id": f"drv-{i}",
+        "version": draw(versions),
+        "stage": draw(st.sampled_from([*STAGES, None])),
+        "status": draw(st.sampled_from(["in_review", "published", "rejected"])),
+        "updated_at": draw(times).isoformat().replace("+00:00", "Z"),
+        # extra fields from a newer catalog are ignored, not a reason to refuse
+        **draw(
+            st.dictionaries(st.sampled_from(["vendor", "note"]), st.text(max_size=5), max_size=1)
+        ),
+    }
 
 
 @st.composite
@@ -103,8 +134,7 @@ def _serve(pages_: list[list[tuple[bool, Any]]]):
             return httpx.Response(404, json={"detail": "no such driver"})
         k = int(request.url.params.get("cursor", "0"))
         nxt = str(k + 1) if k + 1 < len(pages_) else None
-        return httpx.Response(200, json={"items": [r for _, r in pages_[k]],
-                                         "next_cursor": nxt})
+        return httpx.Response(200, json={"items": [r for _, r in pages_[k]], "next_cursor": nxt})
 
     return handler
 
@@ -113,9 +143,12 @@ def _serve(pages_: list[list[tuple[bool, Any]]]):
 @given(pages())
 def test_the_client_takes_every_good_row_and_sets_aside_every_bad_one(pages_) -> None:
     async def main() -> list[DriverSummary | BadRow]:
-        catalog = HttpCatalog(CatalogConfig(url="http://catalog.test", max_attempts=1),
-                              transport=httpx.MockTransport(_serve(pages_)),
-                              wall_clock=lambda: NOW, stages=STAGES)
+        catalog = HttpCatalog(
+            CatalogConfig(url="http://catalog.test", max_attempts=1),
+            transport=httpx.MockTransport(_serve(pages_)),
+            wall_clock=lambda: NOW,
+            stages=STAGES,
+        )
         try:
             return [item async for item in catalog.iter_drivers()]
         finally:
@@ -129,8 +162,11 @@ def test_the_client_takes_every_good_row_and_sets_aside_every_bad_one(pages_) ->
     for (good, raw), item in zip(rows, got, strict=True):
         if good:
             assert isinstance(item, DriverSummary)
-            assert (item.id, item.version, item.stage) == (raw["id"], raw["version"],
-                                                           raw["stage"])  # nothing cut
+            assert (item.id, item.version, item.stage) == (
+                raw["id"],
+                raw["version"],
+                raw["stage"],
+            )  # nothing cut
         else:
             assert isinstance(item, BadRow), raw
             assert item.kind and "\n" not in item.reason and "\n" not in item.shown_id
@@ -141,35 +177,55 @@ def test_the_client_takes_every_good_row_and_sets_aside_every_bad_one(pages_) ->
 
 @st.composite
 def good_change(draw: st.DrawFn, i: int) -> Change:
-    return Change(f"drv-{i}", draw(versions), draw(st.integers(-1, len(STAGES) - 1)),
-                  draw(st.sampled_from(list(Status))),
-                  draw(st.floats(min_value=0, max_value=NOW)))
+    return Change(
+        f"drv-{i}",
+        draw(versions),
+        draw(st.integers(-1, len(STAGES) - 1)),
+        draw(st.sampled_from(list(Status))),
+        draw(st.floats(min_value=0, max_value=NOW)),
+    )
 
 
 @st.composite
 def bad_change(draw: st.DrawFn, i: int) -> Change:
     c = draw(good_change(i))
     field = draw(st.sampled_from(["driver_id", "version", "stage", "status", "changed_at"]))
-    value = draw({
-        "driver_id": bad_ids,
-        "version": bad_versions,
-        "stage": st.one_of(st.integers(max_value=-2), st.integers(min_value=len(STAGES)),
-                           st.text(max_size=3), st.none()),
-        "status": st.one_of(st.integers(min_value=3), st.integers(max_value=-1), st.text(
-            max_size=3)),
-        "changed_at": st.one_of(st.floats(max_value=-1e-3), st.floats(min_value=NOW + 301),
-                                st.just(float("nan")), st.text(max_size=3)),
-    }[field])
-    values = {"driver_id": f"bad-{i}", "version": c.version, "stage": c.stage,
-              "status": c.status, "changed_at": c.changed_at, field: value}
+    value = draw(
+        {
+            "driver_id": bad_ids,
+            "version": bad_versions,
+            "stage": st.one_of(
+                st.integers(max_value=-2),
+                st.integers(min_value=len(STAGES)),
+                st.text(max_size=3),
+                st.none(),
+            ),
+            "status": st.one_of(
+                st.integers(min_value=3), st.integers(max_value=-1), st.text(max_size=3)
+            ),
+            "changed_at": st.one_of(
+                st.floats(max_value=-1e-3),
+                st.floats(min_value=NOW + 301),
+                st.just(float("nan")),
+                st.text(max_size=3),
+            ),
+        }[field]
+    )
+    values = {
+        "driver_id": f"bad-{i}",
+        "version": c.version,
+        "stage": c.stage,
+        "status": c.status,
+        "changed_at": c.changed_at,
+        field: value,
+    }
     return Change(**values)
 
 
 @st.composite
 def change_batches(draw: st.DrawFn) -> list[tuple[bool, Change]]:
     flags = draw(st.lists(st.booleans(), max_size=40))
-    return [(good, draw(good_change(i) if good else bad_change(i)))
-            for i, good in enumerate(flags)]
+    return [(good, draw(good_change(i) if good else bad_change(i))) for i, good in enumerate(flags)]
 
 
 @BOUNDED

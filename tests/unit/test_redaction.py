@@ -39,17 +39,28 @@ def test_redact_in_takes_every_piece_out_of_a_message() -> None:
 
 
 def test_a_data_dir_uri_is_shown_without_keys_and_a_path_as_it_is() -> None:
-    assert redact_location(f"s3://AKIA:{SECRET}@bucket/prefix?secret_key={SECRET}") == \
-        "s3://bucket/prefix"
+    assert (
+        redact_location(f"s3://AKIA:{SECRET}@bucket/prefix?secret_key={SECRET}")
+        == "s3://bucket/prefix"
+    )
     assert redact_location("./data/run 1") == "./data/run 1"
 
 
 def _record() -> DriverRecord:
-    return DriverRecord.model_validate({
-        "id": "drv-1", "vendor_id": "v1", "vendor": "Acme", "name": "NIC", "version": "1.0",
-        "stage": "intake", "status": "in_review", "hardware_ids": ["PCI\\VEN_8086&DEV_1234"],
-        "package": {"size": 3, "sha256": "a" * 64}, "updated_at": "2025-01-01T00:00:00Z",
-    })
+    return DriverRecord.model_validate(
+        {
+            "id": "drv-1",
+            "vendor_id": "v1",
+            "vendor": "Acme",
+            "name": "NIC",
+            "version": "1.0",
+            "stage": "intake",
+            "status": "in_review",
+            "hardware_ids": ["PCI\\VEN_8086&DEV_1234"],
+            "package": {"size": 3, "sha256": "a" * 64},
+            "updated_at": "2025-01-01T00:00:00Z",
+        }
+    )
 
 
 @pytest.mark.parametrize("answer", ["refused", "500"])

@@ -32,32 +32,54 @@ class Decisions(FakeCatalog):
         self.put_error: Exception | None = None
         self.answer_stage: str | None = "security"
 
-    async def put_decision(self, driver_id: str, version: str, stage: str,
-                           decision: DecisionRequest) -> DecisionResponse:
+    async def put_decision(
+        self, driver_id: str, version: str, stage: str, decision: DecisionRequest
+    ) -> DecisionResponse:
         self.puts.append((driver_id, version, stage, decision.verdict))
         if self.put_error is not None:
             raise self.put_error
-        return DecisionResponse(driver_id=driver_id, version=version, stage=self.answer_stage,
-                                status="in_review",
-                                updated_at=datetime(2025, 1, 2, tzinfo=UTC))
+        return DecisionResponse(
+            driver_id=driver_id,
+            version=version,
+            stage=self.answer_stage,
+            status="in_review",
+            updated_at=datetime(2025, 1, 2, tzinfo=UTC),
+        )
 
 
-def _item(version: str = "2.1.10", *, stage: str = "intake", lane: int = 0,
-          revalidate: bool = False) -> dict[str, Any]:
-    return {"driver_id": "drv-1", "version": version, "stage": stage, "lane": lane,
-            "revalidate": revalidate, "enqueued_at": NOW - 10}
+def _item(
+    version: str = "2.1.10", *, stage: str = "intake", lane: int = 0, revalidate: bool = False
+) -> dict[str, Any]:
+    return {
+        "driver_id": "drv-1",
+        "version": version,
+        "stage": stage,
+        "lane": lane,
+        "revalidate": revalidate,
+        "enqueued_at": NOW - 10,
+    }
 
 
-def _review(item: dict[str, Any], got: Fetched, catalog: Decisions | None = None,
-            refreshed: DriverRecord | None = None) -> tuple[Reviewed, Decisions]:
+def _review(
+    item: dict[str, Any],
+    got: Fetched,
+    catalog: Decisions | None = None,
+    refreshed: DriverRecord | None = None,
+) -> tuple[Reviewed, Decisions]:
     catalog = catalog or Decisions()
 
     async def refresh(driver_id: str) -> DriverRecord | None:
         return refreshed
 
-    reviewer = Reviewer(stage_names=STAGES, checks=build_stage_checks(CONFIG)[item["stage"]],
-                        contexts=context_factory(catalog), catalog=catalog, refresh=refresh,
-                        worker="w1", clock=lambda: NOW)
+    reviewer = Reviewer(
+        stage_names=STAGES,
+        checks=build_stage_checks(CONFIG)[item["stage"]],
+        contexts=context_factory(catalog),
+        catalog=catalog,
+        refresh=refresh,
+        worker="w1",
+        clock=lambda: NOW,
+    )
     (out,) = asyncio.run(review_batch(reviewer, [item], [got]))
     return out, catalog
 
@@ -111,8 +133,9 @@ def test_a_restored_item_already_decided_in_the_catalog_is_not_decided_again() -
 def test_a_409_re_reads_the_driver_and_decides_nothing() -> None:
     catalog = Decisions()
     catalog.put_error = Conflict("decided elsewhere")
-    out, _ = _review(_item(), Fetched(make_driver()), catalog,
-                     refreshed=make_driver(version="2.1.11"))
+    out, _ = _review(
+        _item(), Fetched(make_driver()), catalog, refreshed=make_driver(version="2.1.11")
+    )
     assert out.outcome == "conflict" and out.row is None and out.decided is None
     assert out.result.after is not None and out.result.after.version == "2.1.11"
 
@@ -148,8 +171,13 @@ def test_a_batch_is_reviewed_concurrently_in_order() -> None:
     async def refresh(driver_id: str) -> DriverRecord | None:
         return None
 
-    reviewer = Reviewer(stage_names=STAGES, checks=build_stage_checks(CONFIG)["compatibility"],
-                        contexts=context_factory(catalog), catalog=catalog, refresh=refresh)
+    reviewer = Reviewer(
+        stage_names=STAGES,
+        checks=build_stage_checks(CONFIG)["compatibility"],
+        contexts=context_factory(catalog),
+        catalog=catalog,
+        refresh=refresh,
+    )
     items = [_item(stage="compatibility") | {"driver_id": f"drv-{i}"} for i in range(20)]
     fetched = [Fetched(make_driver(id=f"drv-{i}", stage="compatibility")) for i in range(20)]
     loop = asyncio.new_event_loop()

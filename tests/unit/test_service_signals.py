@@ -34,8 +34,12 @@ CHILD = textwrap.dedent("""
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_a_stop_signal_delivered_to_another_thread_still_stops(name: str) -> None:
     try:
-        proc = subprocess.run([sys.executable, "-c", CHILD.format(name=name)],
-                              capture_output=True, text=True, timeout=20)
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD.format(name=name)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{name} delivered to a helper thread never woke the main thread")
     assert proc.returncode == 0, proc.stderr

@@ -13,10 +13,18 @@ from driver_review.sim.webhooks import ping_body
 
 
 def test_thin_fat_and_summary_pings_carry_what_their_name_says() -> None:
-    rec = DriverRecord(id="drv-1", vendor_id="10de", vendor="NVIDIA", name="gfx", version="2.0",
-                       stage="intake", status="in_review", hardware_ids=["PCI\\VEN_10DE"],
-                       package=PackageInfo(size=1, sha256="0" * 64),
-                       updated_at=datetime(2026, 1, 1, tzinfo=UTC))
+    rec = DriverRecord(
+        id="drv-1",
+        vendor_id="10de",
+        vendor="NVIDIA",
+        name="gfx",
+        version="2.0",
+        stage="intake",
+        status="in_review",
+        hardware_ids=["PCI\\VEN_10DE"],
+        package=PackageInfo(size=1, sha256="0" * 64),
+        updated_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
     thin = json.loads(ping_body(rec, thin=True))
     assert thin["type"] == "driver.updated" and thin["data"] == {"id": "drv-1"}
     summary = json.loads(ping_body(rec))["data"]

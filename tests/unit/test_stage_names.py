@@ -33,13 +33,23 @@ def _ledger(stages: list[str], per_stage: int = 4) -> Ledger:
             d = f"{name}-{k}"
             ledger.observe(Change(d, "1.0", s, Status.IN_REVIEW, t))
             if s > 0 and k % 2 == 0:  # approved at the stage before: that is why it is here
-                ledger.decide(ledger.row(d), version="1.0", stage=s - 1,
-                              verdict=Verdict.APPROVED, reviewed_at=t)
+                ledger.decide(
+                    ledger.row(d),
+                    version="1.0",
+                    stage=s - 1,
+                    verdict=Verdict.APPROVED,
+                    reviewed_at=t,
+                )
             t += 1
     ledger.observe(Change("published-0", "2.0", NO_STAGE, Status.PUBLISHED, t))
     ledger.observe(Change("rejected-0", "3.0", 1, Status.REJECTED, t + 1))
-    ledger.decide(ledger.row("rejected-0"), version="3.0", stage=1, verdict=Verdict.REJECTED,
-                  reviewed_at=t + 1)
+    ledger.decide(
+        ledger.row("rejected-0"),
+        version="3.0",
+        stage=1,
+        verdict=Verdict.REJECTED,
+        reviewed_at=t + 1,
+    )
     return ledger
 
 
@@ -48,8 +58,13 @@ def _by_name(ledger: Ledger, stages: list[str]) -> dict[str, tuple]:
     for d in ledger.ids(range(len(ledger))):
         e = ledger.entry(d)
         assert e is not None
-        out[d] = (e["version"], _name(stages, e["stage"]), e["status"],
-                  _name(stages, e["decided_stage"]), e["verdict"])
+        out[d] = (
+            e["version"],
+            _name(stages, e["stage"]),
+            e["status"],
+            _name(stages, e["decided_stage"]),
+            e["verdict"],
+        )
     return out
 
 
@@ -61,11 +76,14 @@ def _through_parquet(tmp_path, ledger: Ledger, stages: list[str]):
     return snap.table
 
 
-@pytest.mark.parametrize("new", [
-    ["intake", "compatibility", "security"],  # reordered
-    ["intake", "legal", "security", "compatibility"],  # a stage added in the middle
-    ["compatibility", "security", "intake", "signing"],  # reversed, and one added at the end
-])
+@pytest.mark.parametrize(
+    "new",
+    [
+        ["intake", "compatibility", "security"],  # reordered
+        ["intake", "legal", "security", "compatibility"],  # a stage added in the middle
+        ["compatibility", "security", "intake", "signing"],  # reversed, and one added at the end
+    ],
+)
 def test_reordered_and_added_stages_keep_every_driver_where_it_was(tmp_path, new) -> None:
     ledger = _ledger(OLD)
     table = _through_parquet(tmp_path, ledger, OLD)
@@ -87,7 +105,8 @@ def test_a_removed_stage_is_refused_in_one_line_naming_it_and_its_drivers(tmp_pa
     assert "\n" not in message
     assert message.startswith(
         "pipeline no longer has stage 'legal' but the snapshot of instance 'main' has "
-        "4 drivers there; add it back, or migrate them with --migrate-stage legal=STAGE")
+        "4 drivers there; add it back, or migrate them with --migrate-stage legal=STAGE"
+    )
     assert "window.migrate_stages" in message and "intake, security, compatibility" in message
     assert info.value.removed == {"legal": 4}  # three in review and one rejected there
     # It crosses a process boundary (a Ray actor's error) with its counts.

@@ -20,11 +20,17 @@ def test_wait_until_returns_the_first_truthy_value() -> None:
 def test_wait_until_names_what_it_waited_for_and_the_context_on_timeout() -> None:
     started = time.monotonic()
     with pytest.raises(AssertionError) as info:
-        wait_until(lambda: False, 0.05, "the sweep to finish", every_s=0.01,
-                   context=lambda: "log tail: boom")
+        wait_until(
+            lambda: False,
+            0.05,
+            "the sweep to finish",
+            every_s=0.01,
+            context=lambda: "log tail: boom",
+        )
     assert time.monotonic() - started < 2
-    assert str(info.value) == ("timed out after 0.05s waiting for the sweep to finish\n"
-                               "log tail: boom")
+    assert str(info.value) == (
+        "timed out after 0.05s waiting for the sweep to finish\nlog tail: boom"
+    )
 
 
 def test_wait_until_refuses_a_wait_without_a_bound() -> None:

@@ -6,9 +6,15 @@ from driver_review.sweep import failure_line, summarize
 
 
 def _summary(**kw):
-    base = dict(listed=10, final_states={"published": 7, "rejected": 1, "in_review": 2},
-                decisions={"approved": 9}, wall_s=2.0, listing_calls={"list": {"200": 1}},
-                instance="sweep-x", data_dir="/d")
+    base = dict(
+        listed=10,
+        final_states={"published": 7, "rejected": 1, "in_review": 2},
+        decisions={"approved": 9},
+        wall_s=2.0,
+        listing_calls={"list": {"200": 1}},
+        instance="sweep-x",
+        data_dir="/d",
+    )
     return summarize({}, **(base | kw))
 
 
@@ -23,12 +29,14 @@ def test_unresolved_is_reported_as_counted_never_forced_to_zero() -> None:
     summary = _summary(reason="timed out after 600 s", unresolved=37)
     assert not summary["ok"] and summary["timed_out"] and summary["unresolved"] == 37
     assert failure_line(summary) == (
-        "sweep did not finish: timed out after 600 s with 37 drivers unresolved")
+        "sweep did not finish: timed out after 600 s with 37 drivers unresolved"
+    )
 
 
 def test_a_reason_other_than_time_is_not_a_timeout() -> None:
-    summary = _summary(reason="orchestrator unreachable for 60 s (ActorDiedError)",
-                       unresolved=5, restarts=2)
+    summary = _summary(
+        reason="orchestrator unreachable for 60 s (ActorDiedError)", unresolved=5, restarts=2
+    )
     assert not summary["ok"] and not summary["timed_out"]
     assert summary["orchestrator_restarts"] == 2
     assert "\n" not in failure_line(summary)
@@ -44,7 +52,8 @@ def test_the_unresolved_count_skips_bad_rows_and_uses_the_configured_adapter() -
     from driver_review.sweep import Progress, _Run
 
     config = load_config().with_overrides(
-        catalog={"adapter": "tests.unit.test_sweep_summary:listing_with_a_bad_row"})
+        catalog={"adapter": "tests.unit.test_sweep_summary:listing_with_a_bad_row"}
+    )
     run = _Run(config, system=None, catalog=None, progress=Progress(), timeout_s=1.0)
     assert asyncio.run(run.count_unresolved(held=None)) == 1
     assert run.listing.bad == 1 and run.listing.listed == 3
@@ -63,12 +72,11 @@ class listing_with_a_bad_row:
         from driver_review.quarantine import bad_row
 
         at = datetime(2026, 1, 1, tzinfo=UTC)
-        yield DriverSummary(id="a", version="1", stage="intake", status="in_review",
-                            updated_at=at)
-        yield DriverSummary(id="b", version="1", stage=None, status="published",
-                            updated_at=at)
-        yield bad_row({"id": ".."}, "bad_id", "id '..' is a path segment", source="listing",
-                      seen_at=0.0)
+        yield DriverSummary(id="a", version="1", stage="intake", status="in_review", updated_at=at)
+        yield DriverSummary(id="b", version="1", stage=None, status="published", updated_at=at)
+        yield bad_row(
+            {"id": ".."}, "bad_id", "id '..' is a path segment", source="listing", seen_at=0.0
+        )
 
     async def aclose(self) -> None:
         pass

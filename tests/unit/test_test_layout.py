@@ -72,8 +72,11 @@ def violations(where: str, source: str, local: set[str]) -> list[str]:
 
 def test_no_test_file_imports_a_test_module_or_another_layers_helpers() -> None:
     local = _local_names()
-    found = [v for path in _files()
-             for v in violations(path.relative_to(TESTS).as_posix(), path.read_text(), local)]
+    found = [
+        v
+        for path in _files()
+        for v in violations(path.relative_to(TESTS).as_posix(), path.read_text(), local)
+    ]
     assert not found, "\n".join(found)
 
 
@@ -94,31 +97,45 @@ def test_the_layers_and_support_are_where_this_test_looks() -> None:
 LOCAL = {"test_governor", "test_checks", "cluster", "check_server", "other_vendor", "s3"}
 
 
-@pytest.mark.parametrize(("where", "source", "why"), [
-    ("unit/test_a.py", "from test_governor import simulate", "bare import"),
-    ("unit/test_a.py", "from tests.unit.test_governor import simulate", "imports a test module"),
-    ("unit/test_a.py", "import tests.unit.test_checks", "imports a test module"),
-    ("integration/test_a.py", "from cluster import Cluster", "bare import"),
-    ("faults/test_a.py", "from tests.integration.cluster import Cluster", "another layer's"),
-    ("integration/test_a.py", "from tests.faults.helpers import start_live", "another layer's"),
-    ("unit/test_a.py", "from tests.check_server import CheckServer", "outside tests/support"),
-    ("integration/test_a.py", "from tests.conftest import ray_session", "imports a test module"),
-    ("support/live.py", "from tests.faults.s3 import S3Server", "must stand alone"),
-    ("unit/test_a.py", "from .helpers import x", "relative import"),
-    ("unit/test_a.py", "def f():\n    from tests.faults import helpers\n", "another layer's"),
-])
+@pytest.mark.parametrize(
+    ("where", "source", "why"),
+    [
+        ("unit/test_a.py", "from test_governor import simulate", "bare import"),
+        (
+            "unit/test_a.py",
+            "from tests.unit.test_governor import simulate",
+            "imports a test module",
+        ),
+        ("unit/test_a.py", "import tests.unit.test_checks", "imports a test module"),
+        ("integration/test_a.py", "from cluster import Cluster", "bare import"),
+        ("faults/test_a.py", "from tests.integration.cluster import Cluster", "another layer's"),
+        ("integration/test_a.py", "from tests.faults.helpers import start_live", "another layer's"),
+        ("unit/test_a.py", "from tests.check_server import CheckServer", "outside tests/support"),
+        (
+            "integration/test_a.py",
+            "from tests.conftest import ray_session",
+            "imports a test module",
+        ),
+        ("support/live.py", "from tests.faults.s3 import S3Server", "must stand alone"),
+        ("unit/test_a.py", "from .helpers import x", "relative import"),
+        ("unit/test_a.py", "def f():\n    from tests.faults import helpers\n", "another layer's"),
+    ],
+)
 def test_a_forbidden_import_is_named_with_its_reason(where: str, source: str, why: str) -> None:
     (found,) = violations(where, source, LOCAL)
     assert found.startswith(f"{where}:") and why in found, found
 
 
-@pytest.mark.parametrize(("where", "source"), [
-    ("unit/test_a.py", "from tests.support.fakes import FakeCatalog"),
-    ("integration/test_a.py", "from tests.integration.other_vendor import HubServer"),
-    ("faults/test_a.py", "from tests.faults.s3 import S3Server"),
-    ("support/live.py", "from tests.support.net import free_port"),
-    ("conftest.py", "from tests.support.serve import shutdown_serve"),
-    ("unit/test_a.py", "import ray\nfrom driver_review.config import load_config"),
-])
+@pytest.mark.parametrize(
+    ("where", "source"),
+    [
+        ("unit/test_a.py", "from tests.support.fakes import FakeCatalog"),
+        ("integration/test_a.py", "from tests.integration.other_vendor import HubServer"),
+        ("faults/test_a.py", "from tests.faults.s3 import S3Server"),
+        ("support/live.py", "from tests.support.net import free_port"),
+        ("conftest.py", "from tests.support.serve import shutdown_serve"),
+        ("unit/test_a.py", "import ray\nfrom driver_review.config import load_config"),
+    ],
+)
 def test_allowed_imports_pass(where: str, source: str) -> None:
     assert violations(where, source, LOCAL) == []

@@ -12,16 +12,23 @@ from driver_review.results import ResultRow, ResultWriter
 from serve_app.history import StatusHistory
 
 
-def _doc(at: float, decided: dict[str, int], ok: int = 0, r429: int = 0,
-         fresh: int = 0) -> dict:
+def _doc(at: float, decided: dict[str, int], ok: int = 0, r429: int = 0, fresh: int = 0) -> dict:
     return {
         "at": at,
         "backlog": {"intake": {"fresh": fresh, "stale": 1, "queued": fresh + 1}},
         "pools": {"intake": {"workers": 2}},
         "leased": 3,
         "counters": {"verdicts_by_stage": {s: {"approved": n} for s, n in decided.items()}},
-        "governor": {"http://cat:80": {"rate": 10.0, "limit_estimate": 12.0, "ok": ok,
-                                       "429s": r429, "503s": 0, "paused_for_s": 0.0}},
+        "governor": {
+            "http://cat:80": {
+                "rate": 10.0,
+                "limit_estimate": 12.0,
+                "ok": ok,
+                "429s": r429,
+                "503s": 0,
+                "paused_for_s": 0.0,
+            }
+        },
     }
 
 
@@ -61,25 +68,39 @@ def test_history_is_bounded_by_age_and_count() -> None:
         StatusHistory(window_s=0)
 
 
-def _row(driver: str, version: str, stage: str, verdict: str, at: float,
-         failed: str | None = None) -> ResultRow:
-    checks = [{"name": "metadata_complete", "outcome": "passed", "reason": "",
-               "duration_s": 0.001}]
+def _row(
+    driver: str, version: str, stage: str, verdict: str, at: float, failed: str | None = None
+) -> ResultRow:
+    checks = [{"name": "metadata_complete", "outcome": "passed", "reason": "", "duration_s": 0.001}]
     if failed:
-        checks.append({"name": failed, "outcome": "failed", "reason": "sha256 mismatch",
-                       "duration_s": 0.25})
-    return ResultRow(driver, version, stage, verdict,
-                     {failed: "sha256 mismatch"} if failed else {}, checks,
-                     reviewed_at=at, queued_at=at - 0.5, duration_s=0.3, lane="fresh",
-                     worker="w/1")
+        checks.append(
+            {"name": failed, "outcome": "failed", "reason": "sha256 mismatch", "duration_s": 0.25}
+        )
+    return ResultRow(
+        driver,
+        version,
+        stage,
+        verdict,
+        {failed: "sha256 mismatch"} if failed else {},
+        checks,
+        reviewed_at=at,
+        queued_at=at - 0.5,
+        duration_s=0.3,
+        lane="fresh",
+        worker="w/1",
+    )
 
 
 def test_explain_groups_a_drivers_decisions_by_version(tmp_path) -> None:
     writer = ResultWriter(str(tmp_path), name="t", rollover_rows=2, rollover_s=60)
-    writer.add([_row("drv-1", "1.0", "intake", "approved", 1000.0),
-                _row("drv-2", "3.0", "intake", "approved", 1000.5),
-                _row("drv-1", "1.0", "security", "rejected", 1001.0, failed="package_digest"),
-                _row("drv-1", "1.1", "intake", "approved", 1002.0)])
+    writer.add(
+        [
+            _row("drv-1", "1.0", "intake", "approved", 1000.0),
+            _row("drv-2", "3.0", "intake", "approved", 1000.5),
+            _row("drv-1", "1.0", "security", "rejected", 1001.0, failed="package_digest"),
+            _row("drv-1", "1.1", "intake", "approved", 1002.0),
+        ]
+    )
     writer.flush()
     doc = explain(str(tmp_path), "drv-1")
     assert known(doc) and doc["decisions"] == 3

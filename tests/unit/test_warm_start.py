@@ -70,9 +70,11 @@ def test_a_limit_that_dropped_since_is_found_afresh_after_one_refusal() -> None:
 
 
 def test_nonsense_in_a_learnt_entry_starts_cold() -> None:
-    for entry in ({"safe_rate": None, "limit_estimate": None},
-                  {"safe_rate": -3.0, "limit_estimate": "fast"},
-                  {"safe_rate": float("nan"), "limit_estimate": 0.0}):
+    for entry in (
+        {"safe_rate": None, "limit_estimate": None},
+        {"safe_rate": -3.0, "limit_estimate": "fast"},
+        {"safe_rate": float("nan"), "limit_estimate": 0.0},
+    ):
         gov, used = _warm({**entry, "header_rate": None})
         assert not used and gov.state(0.0) == "slow_start"
 
@@ -88,8 +90,9 @@ def test_the_store_round_trips_merges_newest_first_and_survives_garbage(tmp_path
     a = {"safe_rate": 50.0, "limit_estimate": 52.0, "header_rate": None, "learnt_at": 100.0}
     b = {"safe_rate": 9.0, "limit_estimate": 10.0, "header_rate": None, "learnt_at": 100.0}
     store.save({"http://127.0.0.1:1": a, "checks": b})
-    LearntStore(str(tmp_path)).save({"http://127.0.0.1:1": {**a, "safe_rate": 40.0,
-                                                             "learnt_at": 50.0}})
+    LearntStore(str(tmp_path)).save(
+        {"http://127.0.0.1:1": {**a, "safe_rate": 40.0, "learnt_at": 50.0}}
+    )
     assert store.load() == {"http://127.0.0.1:1": a, "checks": b}  # older entry lost
     path = tmp_path / "governor" / "endpoints.json"
     doc = json.loads(path.read_text())

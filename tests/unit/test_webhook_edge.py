@@ -28,9 +28,18 @@ NOW = 1_800_000_000.0
 
 
 def body(**data: Any) -> bytes:
-    ping = {"type": "driver.updated", "timestamp": "2027-01-15T08:00:00Z",
-            "data": {"id": "drv-1", "version": "1.2.3", "stage": "intake",
-                     "status": "in_review", "updated_at": "2027-01-15T08:00:00Z", **data}}
+    ping = {
+        "type": "driver.updated",
+        "timestamp": "2027-01-15T08:00:00Z",
+        "data": {
+            "id": "drv-1",
+            "version": "1.2.3",
+            "stage": "intake",
+            "status": "in_review",
+            "updated_at": "2027-01-15T08:00:00Z",
+            **data,
+        },
+    }
     return json.dumps(ping).encode()
 
 
@@ -46,24 +55,27 @@ def refused(call: Any) -> Refused:
 
 
 # -- headers -------------------------------------------------------------------------------
-@pytest.mark.parametrize(("name", "value", "says"), [
-    ("webhook-timestamp", "9" * 400, "digits, over"),
-    ("webhook-timestamp", "-17", "ASCII digits"),
-    ("webhook-timestamp", "1800000000.5", "ASCII digits"),
-    ("webhook-timestamp", "soon", "ASCII digits"),
-    ("webhook-timestamp", "\u0661\u0668" * 5, "ASCII digits"),  # Arabic-Indic digits
-    ("webhook-timestamp", " 1800000000", "ASCII digits"),
-    ("webhook-timestamp", "0", "outside the tolerance"),
-    ("webhook-signature", "v1,\u00e9t\u00e9", "no 'v1,' entry"),
-    ("webhook-signature", "v1,!!!not-base64!!!", "no 'v1,' entry"),
-    ("webhook-signature", "v2," + "A" * 43 + "=", "no 'v1,' entry"),
-    ("webhook-signature", "v1," + "A" * 43 + "=", "no valid v1 signature"),
-    ("webhook-id", "m" * 10 * 1024, "over the 256 limit"),
-    ("webhook-id", "msg\x00x", "printable ASCII"),
-    ("webhook-id", "msg\u00e9", "printable ASCII"),
-    ("webhook-id", "", "missing"),
-    ("webhook-signature", "", "missing"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("webhook-timestamp", "9" * 400, "digits, over"),
+        ("webhook-timestamp", "-17", "ASCII digits"),
+        ("webhook-timestamp", "1800000000.5", "ASCII digits"),
+        ("webhook-timestamp", "soon", "ASCII digits"),
+        ("webhook-timestamp", "\u0661\u0668" * 5, "ASCII digits"),  # Arabic-Indic digits
+        ("webhook-timestamp", " 1800000000", "ASCII digits"),
+        ("webhook-timestamp", "0", "outside the tolerance"),
+        ("webhook-signature", "v1,\u00e9t\u00e9", "no 'v1,' entry"),
+        ("webhook-signature", "v1,!!!not-base64!!!", "no 'v1,' entry"),
+        ("webhook-signature", "v2," + "A" * 43 + "=", "no 'v1,' entry"),
+        ("webhook-signature", "v1," + "A" * 43 + "=", "no valid v1 signature"),
+        ("webhook-id", "m" * 10 * 1024, "over the 256 limit"),
+        ("webhook-id", "msg\x00x", "printable ASCII"),
+        ("webhook-id", "msg\u00e9", "printable ASCII"),
+        ("webhook-id", "", "missing"),
+        ("webhook-signature", "", "missing"),
+    ],
+)
 def test_malformed_headers_get_401_naming_the_problem(name: str, value: str, says: str) -> None:
     verifier = Verifier([SECRET])
     raw = body()
@@ -88,25 +100,29 @@ def test_a_good_signature_passes_with_its_timestamp_among_garbage_entries() -> N
 
 
 # -- bodies --------------------------------------------------------------------------------
-@pytest.mark.parametrize(("raw", "status", "kind", "starts"), [
-    (b"{not json", 400, "not_json", "body is not valid JSON"),
-    (b"[]", 422, "shape", "(top level)"),
-    (body(id=".."), 422, "id", "data.id: id '..' is a path segment"),
-    (body(id="a/b"), 422, "id", "data.id"),
-    (body(id="x" * 200), 422, "id", "data.id"),
-    (body(id="bad\x07id"), 422, "id", "data.id"),
-    (body(version=".."), 422, "version", "data.version"),
-    (body(version="9" * 40), 422, "version", "data.version"),
-    (body(stage="legal_review"), 422, "stage", "data.stage: unknown stage 'legal_review'"),
-    (body(stage="\x1b[31mred"), 422, "stage", "data.stage: unknown stage '\\x1b[31mred'"),
-    (body(status="lost"), 422, "shape", "data.status"),
-    (body(updated_at="2999-01-01T00:00:00Z"), 422, "time", "data.updated_at: time is"),
-    (body(updated_at="1969-12-31T23:59:59Z"), 422, "time", "data.updated_at: time is before"),
-    (body(updated_at="not a time"), 422, "time", "data.updated_at"),
-    (body(record={"id": "other"}), 422, "record", "data.record"),
-])
-def test_bad_bodies_are_refused_with_their_kind(raw: bytes, status: int, kind: str,
-                                                starts: str) -> None:
+@pytest.mark.parametrize(
+    ("raw", "status", "kind", "starts"),
+    [
+        (b"{not json", 400, "not_json", "body is not valid JSON"),
+        (b"[]", 422, "shape", "(top level)"),
+        (body(id=".."), 422, "id", "data.id: id '..' is a path segment"),
+        (body(id="a/b"), 422, "id", "data.id"),
+        (body(id="x" * 200), 422, "id", "data.id"),
+        (body(id="bad\x07id"), 422, "id", "data.id"),
+        (body(version=".."), 422, "version", "data.version"),
+        (body(version="9" * 40), 422, "version", "data.version"),
+        (body(stage="legal_review"), 422, "stage", "data.stage: unknown stage 'legal_review'"),
+        (body(stage="\x1b[31mred"), 422, "stage", "data.stage: unknown stage '\\x1b[31mred'"),
+        (body(status="lost"), 422, "shape", "data.status"),
+        (body(updated_at="2999-01-01T00:00:00Z"), 422, "time", "data.updated_at: time is"),
+        (body(updated_at="1969-12-31T23:59:59Z"), 422, "time", "data.updated_at: time is before"),
+        (body(updated_at="not a time"), 422, "time", "data.updated_at"),
+        (body(record={"id": "other"}), 422, "record", "data.record"),
+    ],
+)
+def test_bad_bodies_are_refused_with_their_kind(
+    raw: bytes, status: int, kind: str, starts: str
+) -> None:
     got = refused(lambda: parse_ping("msg_1", raw, STAGES, now=NOW))
     assert (got.status, got.kind) == (status, kind)
     assert got.detail.startswith(starts), got.detail
@@ -115,23 +131,28 @@ def test_bad_bodies_are_refused_with_their_kind(raw: bytes, status: int, kind: s
 
 def test_a_good_ping_becomes_a_change() -> None:
     ping = parse_ping("msg_1", body(stage="security"), STAGES, now=NOW)
-    assert ping.change == Change("drv-1", "1.2.3", 1, Status.IN_REVIEW,
-                                 ping.change.changed_at)
-    assert parse_ping("msg_2", body(stage=None, status="published"), STAGES,
-                      now=NOW).record is None
+    assert ping.change == Change("drv-1", "1.2.3", 1, Status.IN_REVIEW, ping.change.changed_at)
+    assert parse_ping("msg_2", body(stage=None, status="published"), STAGES, now=NOW).record is None
 
 
 def test_a_thin_ping_names_only_its_driver_and_is_looked_up() -> None:
-    thin = json.dumps({"type": "driver.updated", "timestamp": "2027-01-15T08:00:00Z",
-                       "data": {"id": "drv-7"}}).encode()
+    thin = json.dumps(
+        {"type": "driver.updated", "timestamp": "2027-01-15T08:00:00Z", "data": {"id": "drv-7"}}
+    ).encode()
     ping = parse_ping("msg_1", thin, STAGES, now=NOW)
     assert ping.change is None and ping.driver_id == "drv-7" and ping.record is None
     # Part of a summary is still thin (what changed is not all there); its id is checked.
-    partial = json.dumps({"type": "driver.updated", "timestamp": "2027-01-15T08:00:00Z",
-                          "data": {"id": "drv-7", "version": "2.0"}}).encode()
+    partial = json.dumps(
+        {
+            "type": "driver.updated",
+            "timestamp": "2027-01-15T08:00:00Z",
+            "data": {"id": "drv-7", "version": "2.0"},
+        }
+    ).encode()
     assert parse_ping("msg_2", partial, STAGES, now=NOW).change is None
-    dots = json.dumps({"type": "driver.updated", "timestamp": "2027-01-15T08:00:00Z",
-                       "data": {"id": ".."}}).encode()
+    dots = json.dumps(
+        {"type": "driver.updated", "timestamp": "2027-01-15T08:00:00Z", "data": {"id": ".."}}
+    ).encode()
     assert refused(lambda: parse_ping("msg_3", dots, STAGES, now=NOW)).kind == "id"
 
 
@@ -143,8 +164,7 @@ def test_read_body_caps_size_and_refuses_a_bad_length() -> None:
     assert asyncio.run(read_body({}, chunks(b"ab", b"c"), 3)) == b"abc"
     assert refused(lambda: asyncio.run(read_body({}, chunks(b"ab", b"cd"), 3))).status == 413
     for bad in ("ten", "-1x", "9" * 5000):
-        got = refused(lambda b=bad: asyncio.run(read_body({"content-length": b},
-                                                          chunks(b"x"), 3)))
+        got = refused(lambda b=bad: asyncio.run(read_body({"content-length": b}, chunks(b"x"), 3)))
         assert got.status in (400, 413)
 
 
@@ -172,8 +192,10 @@ def test_seen_ids_live_until_timestamp_plus_tolerance_and_are_bounded() -> None:
 def test_status_is_computed_once_per_period_however_large_the_ledger() -> None:
     cfg = load_config().with_overrides(window={"high_water": 1_000_000})
     core = OrchestratorCore(cfg, clock=lambda: NOW)
-    core.intake([Change(f"drv-{i:07d}", "1.0", 0, Status.IN_REVIEW, 1.0)
-                 for i in range(200_000)], Lane.STALE)
+    core.intake(
+        [Change(f"drv-{i:07d}", "1.0", 0, Status.IN_REVIEW, 1.0) for i in range(200_000)],
+        Lane.STALE,
+    )
     started = time.perf_counter()
     core.stats()
     walk_s = time.perf_counter() - started
@@ -184,8 +206,10 @@ def test_status_is_computed_once_per_period_however_large_the_ledger() -> None:
     for _ in range(1000):
         assert cached.get()["ledger"]["drivers"] == 200_000
     answer_s = (time.perf_counter() - started) / 1000
-    print(f"\nstatus with 200,000 drivers: a ledger walk {walk_s * 1e3:.1f} ms, "
-          f"a cached answer {answer_s * 1e6:.2f} us, computed {cached.computed}x for 1000")
+    print(
+        f"\nstatus with 200,000 drivers: a ledger walk {walk_s * 1e3:.1f} ms, "
+        f"a cached answer {answer_s * 1e6:.2f} us, computed {cached.computed}x for 1000"
+    )
     assert cached.computed == 1
     assert answer_s < walk_s / 100
     now[0] = 2.5
@@ -222,6 +246,12 @@ def test_admin_token_rules() -> None:
     assert token is not None and "t" * 32 not in repr(token)
     secret = ("t" * 32).encode()
     assert bearer_ok("Bearer " + "t" * 32, secret) and bearer_ok("bearer  " + "t" * 32, secret)
-    for bad in (None, "", "t" * 32, "Basic " + "t" * 32, "Bearer " + "t" * 31,
-                "Bearer \u00e9" + "t" * 31):
+    for bad in (
+        None,
+        "",
+        "t" * 32,
+        "Basic " + "t" * 32,
+        "Bearer " + "t" * 31,
+        "Bearer \u00e9" + "t" * 31,
+    ):
         assert not bearer_ok(bad, secret)

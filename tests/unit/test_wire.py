@@ -41,8 +41,9 @@ def test_an_unknown_stage_is_one_line_naming_it_and_the_pipeline() -> None:
         stage_name(STAGES, 3)
 
 
-@pytest.mark.parametrize(("kind", "parse"), [(Status, status_of), (Verdict, verdict_of),
-                                             (Lane, lane_of)])
+@pytest.mark.parametrize(
+    ("kind", "parse"), [(Status, status_of), (Verdict, verdict_of), (Lane, lane_of)]
+)
 def test_every_enum_member_round_trips_through_its_wire_text(kind, parse) -> None:
     for member in kind:
         text = text_of(member, kind)
@@ -63,8 +64,9 @@ def test_text_of_refuses_a_value_outside_the_enum() -> None:
 
 def test_the_ledgers_entry_speaks_the_same_wire_text() -> None:
     ledger = Ledger()
-    summary = DriverSummary(id="drv-1", version="1.0", stage="security", status="in_review",
-                            updated_at=WHEN)
+    summary = DriverSummary(
+        id="drv-1", version="1.0", stage="security", status="in_review", updated_at=WHEN
+    )
     ledger.observe(change_of(STAGES, summary))
     entry = ledger.entry("drv-1")
     assert entry is not None
@@ -73,13 +75,20 @@ def test_the_ledgers_entry_speaks_the_same_wire_text() -> None:
 
 
 def test_change_of_takes_any_summary_shape() -> None:
-    summary = DriverSummary(id="drv-1", version="1.0", stage="security", status="in_review",
-                            updated_at=WHEN)
+    summary = DriverSummary(
+        id="drv-1", version="1.0", stage="security", status="in_review", updated_at=WHEN
+    )
     ch = change_of(STAGES, summary)
     assert (ch.driver_id, ch.version, ch.stage, ch.status, ch.changed_at) == (
-        "drv-1", "1.0", 1, Status.IN_REVIEW, WHEN.timestamp())
-    answer = DecisionResponse(driver_id="drv-2", version="2.0", stage=None, status="published",
-                              updated_at=WHEN)
+        "drv-1",
+        "1.0",
+        1,
+        Status.IN_REVIEW,
+        WHEN.timestamp(),
+    )
+    answer = DecisionResponse(
+        driver_id="drv-2", version="2.0", stage=None, status="published", updated_at=WHEN
+    )
     ch = change_of(STAGES, answer)
     assert (ch.driver_id, ch.stage, ch.status) == ("drv-2", NO_STAGE, Status.PUBLISHED)
     # The quarantine's judged conversion gives the same change for a good row.
