@@ -25,7 +25,8 @@ def render(doc: dict[str, Any]) -> str:
     load = machine.get("load_average_start") or []
     kind = "quick" if bench.get("quick") else "full"
     lines = [
-        f"From `docs/bench.json`: a {kind} run started {str(bench.get('started_at', '?'))[:16]}"
+        f"From `docs/bench.json`: a {kind} run of {_scenarios(bench)} started "
+        f"{str(bench.get('started_at', '?'))[:16]}"
         f" UTC, {_num(bench.get('elapsed_s'))} s, on {machine.get('cores', '?')} cores "
         f"(load average {_num(load[0]) if load else '?'} at the start; Python "
         f"{machine.get('python', '?')}, Ray {machine.get('ray', '?')}). "
@@ -54,6 +55,11 @@ def render(doc: dict[str, Any]) -> str:
     for line in doc.get("summary", {}).get("errors", []):
         lines.append(f"\nError: {_cell(line)}")
     return "\n".join(lines) + "\n"
+
+
+def _scenarios(bench: dict[str, Any]) -> str:
+    only = bench.get("only") or []
+    return ", ".join(only) if only else "every scenario"
 
 
 def _value(key: str, value: Any) -> str:

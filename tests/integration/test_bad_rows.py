@@ -16,24 +16,13 @@ from driver_review.runtime.system import start_system, stop_system
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions, run_sweep
 from tests.support.configs import service_config
+from tests.support.truth import off_truth
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
 
 def _config(url: str) -> PipelineConfig:
     return service_config(url, catalog={"timeout_s": 5.0, "page_size": 100}, batch_size=32)
-
-
-def _wrong(url: str, skip: set[str]) -> tuple[int, list[str]]:
-    """Drivers (apart from ``skip``) whose catalog state is not their true final state."""
-    truth = httpx.get(f"{url}/_sim/truth", timeout=30).json()["drivers"]
-    state = httpx.get(f"{url}/_sim/state", timeout=30).json()["drivers"]
-    wrong = [
-        d
-        for d, t in truth.items()
-        if d not in skip and (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])
-    ]
-    return len(truth) - len(skip & set(truth)), wrong
 
 
 @pytest.mark.timeout(180)
@@ -60,7 +49,7 @@ def test_a_sweep_with_a_tenth_of_its_rows_bad_finishes_and_reports_them(
     assert q["resolved"] + q["listed_bad"] == rendered
     assert summary["listings"] >= 2  # the feed, and the listing that confirmed it
     assert q["total"] == len(lost) and q["by_kind"] == {"bad_id": len(lost)}
-    good, wrong = _wrong(sim.url, skip=lost)
+    good, wrong = off_truth(sim.url, skip=lost)
     assert good == 400 - len(lost) and wrong == [], f"{len(wrong)} differ: {wrong[:5]}"
     # ... and reported: the Parquet dataset under <data-dir>/quarantine/, ids shown safely.
     assert report["rows"] == q["total"] and report["by_kind"] == q["by_kind"]
@@ -94,7 +83,7 @@ def test_the_poller_advances_its_watermark_past_bad_rows_in_its_changes(
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             lost = set(httpx.get(f"{sim.url}/_sim/stats").json()["bad_rows"]["unresolvable"])
-            if not _wrong(sim.url, skip=lost)[1]:
+            if not off_truth(sim.url, skip=lost)[1]:
                 break
             await asyncio.sleep(1.0)
         poller = await system.poller.call("stats")
@@ -117,5 +106,5 @@ def test_the_poller_advances_its_watermark_past_bad_rows_in_its_changes(
     assert marks[-1] > marks[len(marks) // 2] > marks[0] > 0
     assert marks[-1] <= time.time() + 1
     assert orch["quarantined"]["total"] >= 1 or not lost
-    good, wrong = _wrong(sim.url, skip=lost)
+    good, wrong = off_truth(sim.url, skip=lost)
     assert wrong == [], f"{len(wrong)} of {good} drivers differ from truth: {wrong[:5]}"

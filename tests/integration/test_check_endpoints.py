@@ -12,7 +12,6 @@ import pathlib
 import secrets
 from typing import Any
 
-import httpx
 import pytest
 
 from driver_review.config import load_config, parse_config
@@ -22,6 +21,7 @@ from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions
 from tests.support.check_server import CheckServer
 from tests.support.observe import watched_sweep
+from tests.support.truth import off_truth
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
@@ -80,17 +80,6 @@ def _sims_answer(sim: Any) -> Any:
     return answer
 
 
-def _wrong_vs_truth(url: str) -> tuple[int, list[str]]:
-    truth = httpx.get(f"{url}/_sim/truth", timeout=30).json()["drivers"]
-    state = httpx.get(f"{url}/_sim/state", timeout=30).json()["drivers"]
-    wrong = [
-        d
-        for d, t in truth.items()
-        if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])
-    ]
-    return len(truth), wrong
-
-
 def _ray_logs() -> list[pathlib.Path]:
     import ray
 
@@ -130,7 +119,7 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
     summary = watched.summary
     errors = [r for r in read_results(data_dir).to_pylist() if r["verdict"] == "error"]
     assert not summary["timed_out"], (summary["decisions"], checks.statuses, errors[:3])
-    total, wrong = _wrong_vs_truth(sim.url)
+    total, wrong = off_truth(sim.url)
     assert total == DRIVERS and wrong == [], f"{len(wrong)} differ from truth: {wrong[:5]}"
 
     # The catalog: its token accepted every time, at most 1% 429s.

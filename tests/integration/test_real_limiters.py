@@ -8,13 +8,13 @@ strict targets are the benchmark's ``limiters`` scenario and the fake-clock unit
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions, run_sweep
 from jobs.bench.limiters import HaproxyLimiter, NginxLimiter, missing_binary
 from tests.support.configs import sweep_config
+from tests.support.truth import off_truth
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
@@ -29,14 +29,8 @@ def _sweep_through(proxy, sim, tmp_path, *, min_utilization: float) -> None:
         )
         log = proxy.log()
     assert not summary["timed_out"]
-    truth = httpx.get(f"{sim.url}/_sim/truth", timeout=30).json()["drivers"]
-    state = httpx.get(f"{sim.url}/_sim/state", timeout=30).json()["drivers"]
-    wrong = [
-        d
-        for d, t in truth.items()
-        if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])
-    ]
-    assert len(truth) == DRIVERS and wrong == [], f"{len(wrong)} differ: {wrong[:5]}"
+    total, wrong = off_truth(sim.url)
+    assert total == DRIVERS and wrong == [], f"{len(wrong)} differ: {wrong[:5]}"
 
     refused = sum(1 for _, s in log if s == 429)
     useful = [t for t, s in log if s != 429]

@@ -4,26 +4,22 @@ the status document, the sweep summary, a metric label, a log line or a Parquet 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import threading
-import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
-import httpx
 import pytest
 import ray
 
 from driver_review.config import load_config, parse_config
 from driver_review.results import read_results
-from driver_review.runtime.system import System
-from driver_review.status import collect_status
-from driver_review.sweep import Progress, SweepOptions, run_sweep
+from driver_review.sweep import Progress, SweepOptions
+from tests.support.observe import watched_sweep
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
@@ -59,15 +55,6 @@ def _with_secrets(url: str, password: str, token: str, path: str = "") -> str:
     return f"{parts.scheme}://reviewer:{password}@{parts.netloc}{path}?token={token}"
 
 
-def _metrics_text() -> str:
-    node = ray._private.worker._global_node
-    url = f"http://127.0.0.1:{node.metrics_export_port}/metrics"
-    try:
-        return httpx.get(url, timeout=5).text
-    except httpx.HTTPError:
-        return ""
-
-
 @pytest.mark.timeout(300)
 def test_no_secret_leaves_the_urls_during_a_sweep(sim_factory, tmp_path, caplog) -> None:
     password, token = f"secret-{uuid.uuid4().hex}", f"secret-{uuid.uuid4().hex}"
@@ -85,34 +72,16 @@ def test_no_secret_leaves_the_urls_during_a_sweep(sim_factory, tmp_path, caplog)
     config = parse_config(data, source="test")
     data_dir, instance = str(tmp_path / "data"), f"redact-{uuid.uuid4().hex[:6]}"
 
-    result: dict[str, Any] = {}
-
-    def sweep() -> None:
-        with open(tmp_path / "progress.txt", "w") as progress:
-            result["summary"] = run_sweep(
-                config,
-                SweepOptions(data_dir=data_dir, instance=instance, timeout_s=180),
-                Progress(out=progress, every_s=0.5),
-            )
-
     caplog.set_level(logging.DEBUG)
-    thread = threading.Thread(target=sweep)
-    thread.start()
-    statuses: list[dict] = []
-    metrics = ""
-    deadline = time.monotonic() + 240
-    while thread.is_alive() and time.monotonic() < deadline:  # bounded: ~2 samples a second
-        time.sleep(0.5)
-        try:
-            doc = asyncio.run(collect_status(System.attach(config, instance), timeout_s=2))
-        except Exception:  # not started yet, or already stopped
-            continue
-        statuses.append(doc)
-        if doc.get("governor") and "driver_review_governor_rate" not in metrics:
-            metrics = _metrics_text()
-    thread.join(timeout=60)
+    with open(tmp_path / "progress.txt", "w") as progress:
+        watched = watched_sweep(
+            config,
+            SweepOptions(data_dir=data_dir, instance=instance, timeout_s=180),
+            Progress(out=progress, every_s=0.5),
+            deadline_s=240,
+        )
     checks.shutdown()
-    summary = result["summary"]
+    summary, statuses, metrics = watched.summary, watched.statuses, watched.metrics
 
     rows = read_results(data_dir).to_pylist()
     errors = [r for r in rows if r["verdict"] == "error"]

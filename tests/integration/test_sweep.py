@@ -16,19 +16,9 @@ from driver_review.runtime.names import NAMESPACE
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions, run_sweep
 from tests.support.configs import sweep_config
+from tests.support.truth import off_truth
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
-
-
-def _state_matches_truth(url: str) -> tuple[int, list[str]]:
-    truth = httpx.get(f"{url}/_sim/truth", timeout=30).json()["drivers"]
-    state = httpx.get(f"{url}/_sim/state", timeout=30).json()["drivers"]
-    wrong = [
-        d
-        for d, t in truth.items()
-        if (state[d]["status"], state[d]["stage"]) != (t["status"], t["stage"])
-    ]
-    return len(truth), wrong
 
 
 @pytest.mark.timeout(600)
@@ -42,7 +32,7 @@ def test_sweep_of_2000_drivers_at_an_undisclosed_rate_limit(sim_factory, tmp_pat
     )
     assert not summary["timed_out"]
 
-    total, wrong = _state_matches_truth(sim.url)
+    total, wrong = off_truth(sim.url)
     assert total == 2000 and wrong == [], f"{len(wrong)} drivers differ from truth: {wrong[:5]}"
 
     stats = httpx.get(f"{sim.url}/_sim/stats", timeout=30).json()
@@ -87,7 +77,7 @@ def test_sweep_trusts_no_quiescence_from_a_restarted_orchestrator(sim_factory, t
     assert sweep.is_alive(), "the sweep ended before the kill"
     ray.kill(ray.get_actor(f"{instance}/orchestrator", namespace=NAMESPACE), no_restart=False)
     sweep.join(timeout=280)
-    total, wrong = _state_matches_truth(sim.url)
+    total, wrong = off_truth(sim.url)
     assert wrong == [], f"{len(wrong)} of {total} drivers differ from truth: {wrong[:5]}"
     assert out["ok"] and out["unresolved"] == 0 and out["reason"] is None
     assert out["orchestrator_restarts"] == 1 and out["listings"] >= 3

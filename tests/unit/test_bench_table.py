@@ -42,7 +42,7 @@ def test_rows_say_value_target_and_met_and_a_failed_scenario_shows_its_error() -
         },
     }
     table = render(doc)
-    assert "a full run started 2026-12-01T02:00 UTC, 1,234 s, on 2 cores" in table
+    assert "a full run of every scenario started 2026-12-01T02:00 UTC, 1,234 s, on 2 cores" in table
     assert "| utilization | `x.rate_limited_share` | 1.23% | ≤ 1% | **no** |" in table
     assert "| | `x.utilization_ratio` (a \\| pipe) | 0.961 | ≥ 0.95 | yes |" in table.replace(
         "|  |", "| |"
