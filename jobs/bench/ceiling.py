@@ -47,7 +47,7 @@ QUICK_DRIVERS = 300
 FULL_DRIVERS = 2000
 CONCURRENCY = 64  # the asyncio reviewer's drivers in flight
 TIMEOUT_S = 600.0
-#: Chosen here, not in the issue: the distributed pipeline may cost up to twice the CPU
+#: A threshold of our own: the distributed pipeline may cost up to twice the CPU
 #: per decision of one asyncio process (actor round trips, the object store, leases).
 PER_CPU_TARGET = 0.5
 
@@ -155,7 +155,7 @@ def run(ctx: Context) -> dict[str, Any]:
             ">=",
             PER_CPU_TARGET,
             "driver-review's decisions per CPU-second ÷ one asyncio process's (threshold "
-            "chosen by the benchmark, not the issue)",
+            "of our own: actor round trips and leases cost CPU)",
         )
     if ctx.quick:
         out["two_node"] = {

@@ -30,7 +30,7 @@ from jobs.bench.common import (
 )
 from jobs.bench.limiters import HaproxyLimiter, NginxLimiter, missing_binary
 
-RATE_PER_S = 60.0  # the nginx figure was measured at 60 r/s
+RATE_PER_S = 60.0  # where nginx limit_req was first measured against the governor
 NGINX_BURST = 12  # 0.2 s at the rate, as the simulator's default bucket
 CALLS_PER_DRIVER = 8.0  # the utilization scenario's guess
 SWEEP_S = {False: 66.0, True: 15.0}  # full / quick: how long a sweep should last at the limit

@@ -63,5 +63,5 @@ def test_sweep_through_haproxy_stick_table(sim_factory, tmp_path) -> None:
         pytest.skip(why)
     sim = sim_factory(SimSettings(drivers=DRIVERS, seed=12, latency_ms=5))
     # Today 0.26-0.64: HAProxy counts the requests it denies, so an overshoot echoes for a
-    # second and the governor reads it as a lower limit (see NOTES-limiters.md).
+    # second and the governor reads it as a lower limit.
     _sweep_through(HaproxyLimiter(sim.url, rate=RATE), sim, tmp_path, min_utilization=0.2)

@@ -1,5 +1,5 @@
 """Cold discovery on every limiter shape, on the fake clock: over 60 s of saturating
-demand, at least 0.95 of the limit with at most 1% 429s (the issue's target).
+demand, at least 0.95 of the limit with at most 1% 429s (the target).
 
 Cases not met yet are strict xfails naming the figure today, so the gap stays visible and
 a governor change that closes one shows up as an XPASS to promote.
