@@ -96,8 +96,24 @@ class ActorRef:
         return self._handle
 
     async def _ahandle(self) -> Any:
+        """The handle, looked up as :func:`lookup` does but waiting on the event loop: a
+        caller that gives up (``asyncio.wait_for``) leaves no thread behind still looking
+        (``asyncio.run`` would wait for it at exit, e.g. a status call to a sweep, which
+        has no poller, took the whole lookup timeout)."""
         if self._handle is None:
-            self._handle = await asyncio.to_thread(lookup, self.name, timeout_s=self.timeout_s)
+            deadline = time.monotonic() + self.timeout_s
+            attempt = 0
+            while True:
+                try:
+                    self._handle = await asyncio.to_thread(
+                        ray.get_actor, self.name, namespace=NAMESPACE
+                    )
+                    break
+                except ValueError:
+                    if time.monotonic() >= deadline:
+                        raise
+                await asyncio.sleep(_backoff(attempt))
+                attempt += 1
         return self._handle
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:

@@ -135,7 +135,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "settings": {
             "drivers": drivers,
             "latency_ms": SWEEP_LATENCY_MS,
-            "rate_limit": None,
+            "rate_limit": "unlimited",
             "asyncio_concurrency": CONCURRENCY,
             "asyncio_task_num_cpus": 0,
             "seed": SEED,

@@ -156,9 +156,11 @@ def run(ctx: Context) -> dict[str, Any]:
         e["governor_rate_per_s"] = gov.get("rate")
         e["governor_429s"] = gov.get("429s")
         start = calls.log[0][0] if calls.log else 0.0
-        # Once a second: seconds since the first call, the rate set, the limit estimate.
+        # Once a second: seconds since the first call, the rate set, the state, and the
+        # limit estimate once there is one.
         e["governor_series"] = [
-            (round(t - start, 1), rate, limit, state)
+            {"t_s": round(t - start, 1), "rate_per_s": rate, "state": state}
+            | ({"limit_estimate_per_s": limit} if limit is not None else {})
             for t, rate, limit, state in series.get(keys[name], [])
         ]
         say(

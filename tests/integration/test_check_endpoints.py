@@ -35,9 +35,9 @@ os.environ.setdefault("DRIVER_REVIEW_TEST_SCAN_ID", CLIENT_ID)
 os.environ.setdefault("DRIVER_REVIEW_TEST_SCAN_SECRET", CLIENT_SECRET)
 os.environ.setdefault("DRIVER_REVIEW_TEST_CATALOG_TOKEN", CATALOG_TOKEN)
 
-CHECK_RATE = 10.0
+CHECK_RATE = 15.0
 CATALOG_RATE = 150
-DRIVERS = 300
+DRIVERS = 500
 
 
 def _config(catalog_url: str, check_url: str) -> Any:
