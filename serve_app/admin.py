@@ -104,14 +104,23 @@ class _Unauthorized(Exception):
 def serve_ingress_stats(app_name: str | None, timeout_s: float) -> IngressStats:
     """Counters of one replica of the Serve app ``app_name``, or None when unreachable."""
 
+    handles: list[Any] = []  # the app's handle, once found
+
     async def ask() -> dict[str, Any] | None:
         if app_name is None:
             return None
         from ray import serve
 
         try:
-            handle = serve.get_app_handle(app_name)
-            return await asyncio.wait_for(handle.stats.remote(), timeout_s)
+            if not handles:
+                # A blocking call into the Serve controller: off the event loop, which also
+                # serves the admin's HTTP (and must not stall while Serve starts).
+                handles.append(
+                    await asyncio.wait_for(
+                        asyncio.to_thread(serve.get_app_handle, app_name), timeout_s
+                    )
+                )
+            return await asyncio.wait_for(handles[0].stats.remote(), timeout_s)
         except Exception:  # not deployed, restarting: the rest of the status still shows
             return None
 

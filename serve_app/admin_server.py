@@ -71,7 +71,14 @@ class AdminServer:
         # The constructor runs on the actor's event loop: serve there, in the background.
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self.server.serve(sockets=[self.sock]))
-        self._sampler = loop.create_task(api.state.sample_forever())  # the page's history
+        # The page's history, sampled from when the server listens (never holding up its
+        # start: a status may wait on actors and Serve that are still starting).
+        self._sampler = loop.create_task(self._sample_once_started(api.state.sample_forever))
+
+    async def _sample_once_started(self, sample_forever: Any) -> None:
+        while not self.server.started and not self._task.done():
+            await asyncio.sleep(0.05)
+        await sample_forever()
 
     async def address(self) -> tuple[str, int]:
         """Where it listens, once it does."""
