@@ -133,25 +133,36 @@ def stop_service(system: Any) -> dict[str, Any]:
         stop_admin(system.instance)
 
 
+class StopSignal:
+    """SIGINT and SIGTERM, caught from construction on: one that comes while the service is
+    still starting is remembered (the stop follows the start) instead of interrupting the
+    start halfway as a KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handler)
+
+    def _handler(self, signum: int, _frame: object) -> None:
+        self.received.append(signum)
+        self._stop.set()
+
+    def wait(self) -> int:
+        """Block the main thread until a stop signal; returns the first one's number.
+
+        It waits in short turns: Python runs signal handlers in the main thread only, and
+        a signal the kernel hands to another thread (Ray has many) does not wake a main
+        thread blocked without a timeout, so the handler would never run.
+        """
+        while not self._stop.wait(timeout=STOP_POLL_S):
+            pass
+        return self.received[0]
+
+
 def wait_for_stop_signal() -> int:
-    """Block the main thread until SIGINT or SIGTERM; returns the signal's number.
-
-    It waits in short turns: Python runs signal handlers in the main thread only, and a
-    signal the kernel hands to another thread (Ray has many) does not wake a main thread
-    blocked without a timeout, so the handler would never run.
-    """
-    received: list[int] = []
-    stop = threading.Event()
-
-    def handler(signum: int, _frame: object) -> None:
-        received.append(signum)
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handler)
-    while not stop.wait(timeout=STOP_POLL_S):
-        pass
-    return received[0]
+    """Block the main thread until SIGINT or SIGTERM; returns the signal's number."""
+    return StopSignal().wait()
 
 
 def run_service(
@@ -171,6 +182,7 @@ def run_service(
     from serve_app.proxies import resolve_proxy
 
     mode = resolve_proxy(proxy)  # before Ray starts: a missing HAProxy is one line
+    stop = StopSignal()  # a Ctrl-C while starting stops the service once it has started
     connect(quiet=False)
     system = start_service(
         config,
@@ -193,7 +205,7 @@ def run_service(
     )
     print(f"live page: {ui_address(instance)}", file=out, flush=True)
     print("Ctrl-C stops: intake first, then drain, then the services.", file=out, flush=True)
-    wait_for_stop_signal()
+    stop.wait()
     print("stopping: intake, drain, services ...", file=out, flush=True)
     stop_service(system)
     print("stopped.", file=out, flush=True)
