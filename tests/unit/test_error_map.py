@@ -10,7 +10,6 @@ import httpx
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from driver_review.catalog.models import DriverRecord
 from driver_review.checks.base import CheckContext
 from driver_review.checks.http_check import HttpCheck
 from driver_review.config import parse_config
@@ -28,6 +27,7 @@ from driver_review.errors import (
 )
 from driver_review.retry import MAX_RETRY_AFTER_S, parse_retry_after
 from driver_review.sim.settings import SettingError, SimSettings
+from tests.support.fakes import make_driver
 
 
 @pytest.mark.parametrize(
@@ -53,21 +53,7 @@ def test_status_map(status: int, kind: type) -> None:
         assert err.retry_after_s == 2.0  # type: ignore[attr-defined]
 
 
-DRIVER = DriverRecord.model_validate(
-    {
-        "id": "drv-1",
-        "vendor_id": "8086",
-        "vendor": "Intel",
-        "name": "Ethernet Controller",
-        "version": "2.1.10",
-        "previous_version": "2.1.9",
-        "stage": "intake",
-        "status": "in_review",
-        "hardware_ids": ["PCI\\VEN_8086&DEV_1533"],
-        "package": {"size": 1, "sha256": "0" * 64},
-        "updated_at": "2025-01-01T00:00:00Z",
-    }
-)
+DRIVER = make_driver()
 
 
 def _check_answering(status: int, headers: dict[str, str] | None = None) -> Exception:
