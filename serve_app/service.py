@@ -27,6 +27,8 @@ ADMIN_HOST, ADMIN_PORT = defaults.ADMIN_HOST, defaults.ADMIN_PORT
 STOP_POLL_S = 0.5  # how often the main thread wakes to run a pending SIGINT/SIGTERM handler
 #: ``--proxy`` when not given (serve_app/proxies.py: auto, haproxy, default).
 DEFAULT_PROXY = "default"
+ROUTED_TIMEOUT_S = 60.0  # how long a started ingress may take to be served by its proxy
+ROUTED_POLL_S = 0.1
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,7 @@ def start_service(
     ``proxy`` (see :mod:`serve_app.proxies`) and the admin endpoint (``admin_port`` 0: any
     free port; see :func:`admin_url`). Returns the
     :class:`~driver_review.runtime.system.System`. Requires a connected Ray."""
-    from driver_review.runtime.system import start_system
+    from driver_review.runtime.system import start_poller, start_system
     from serve_app.admin import admin_token
     from serve_app.admin_server import start_admin
     from serve_app.proxies import resolve_proxy
@@ -67,9 +69,12 @@ def start_service(
         data_dir=data_dir,
         outer_loop=True,
         poll=True,
-        poll_interval_s=poll_interval_s,
+        start_poller_now=False,
     )
     start_ingress(instance, config_path, host=host, port=port, proxy=mode)
+    # Only now: a ping refused while the route was not yet served (Serve's proxy answers
+    # 404 until it learns the route) is then covered by the poller's first listing.
+    start_poller(config, instance, poll_interval_s)
     start_admin(
         config,
         instance=instance,
@@ -99,7 +104,35 @@ def start_ingress(
     if started is None:
         log.info("Serve already runs here: the webhook ingress joins it behind its proxy")
     serve.run(app, name=serve_app_name(instance), route_prefix="/", blocking=False)
+    wait_routed(host, port)
     return started
+
+
+def wait_routed(host: str, port: int, timeout_s: float = ROUTED_TIMEOUT_S) -> None:
+    """Wait until this node's proxy routes to the ingress: ``serve.run`` returns once the
+    application runs, but each proxy learns its routes a moment later and answers 404
+    until then. Raises TimeoutError naming the address after ``timeout_s``."""
+    import time
+
+    import httpx
+
+    local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    url = f"http://{f'[{local}]' if ':' in local else local}:{port}/healthz"
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while time.monotonic() < deadline:  # bounded: timeout_s
+        try:
+            status = httpx.get(url, timeout=2.0, trust_env=False).status_code
+        except httpx.HTTPError as exc:
+            last = type(exc).__name__
+        else:
+            if status == 200:
+                return
+            last = f"HTTP {status}"
+        time.sleep(ROUTED_POLL_S)
+    raise TimeoutError(
+        f"the webhook ingress at {url} was not routed after {timeout_s:.0f} s ({last})"
+    )
 
 
 def admin_url(instance: str) -> str:

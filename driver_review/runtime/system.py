@@ -67,9 +67,11 @@ def start_system(
     autoscale: bool = True,
     poll: bool = False,
     poll_interval_s: float | None = None,
+    start_poller_now: bool = True,
 ) -> System:
     """Create (or join, by name) every actor of ``instance`` and start the pools; with
-    ``poll``, also the delta poller (the always-on service)."""
+    ``poll``, also the delta poller (the always-on service) — unless ``start_poller_now``
+    is false, when the caller starts it with :func:`start_poller` once pings can arrive."""
     config.check_environment()  # a missing credential fails here, not in every actor
     if poll:
         check_snapshot_stages(config, instance, data_dir)
@@ -100,11 +102,20 @@ def start_system(
     ]
     for pool in pools:
         pool.start_sync()
-    if poll:
-        PollerClient(
-            instance, timeout_s=0, handle=actors.poller(config, instance, poll_interval_s)
-        ).start_sync()
+    if poll and start_poller_now:
+        start_poller(config, instance, poll_interval_s)
     return System.attach(config, instance, data_dir)
+
+
+def start_poller(
+    config: PipelineConfig, instance: str, poll_interval_s: float | None = None
+) -> None:
+    """Create (or join) the delta poller and start it: its first listing brings in every
+    change made so far, so the service starts it once its ingress takes pings — a change
+    between that listing and a routed ingress would otherwise wait for the next poll."""
+    PollerClient(
+        instance, timeout_s=0, handle=actors.poller(config, instance, poll_interval_s)
+    ).start_sync()
 
 
 def check_snapshot_stages(config: PipelineConfig, instance: str, data_dir: str) -> None:

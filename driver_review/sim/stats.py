@@ -45,6 +45,7 @@ class SimStats:
     changes_generated: int = 0
     new_drivers_generated: int = 0
     webhooks: Counter[str] = field(default_factory=Counter)
+    webhook_rejections: Counter[str] = field(default_factory=Counter)  # by status code
     tokens: Counter[str] = field(default_factory=Counter)  # token endpoint answers by status
     since: float = field(default_factory=time.time)
 
@@ -92,5 +93,6 @@ class SimStats:
             "changes_generated": self.changes_generated,
             "new_drivers_generated": self.new_drivers_generated,
             "webhooks": {k: self.webhooks[k] for k in WEBHOOK_COUNTERS},
+            "webhook_rejections": dict(self.webhook_rejections),
             "tokens": dict(self.tokens),
         }

@@ -167,6 +167,7 @@ class WebhookSender:
                     return
                 if 400 <= status < 500 and status not in RETRYABLE_4XX:
                     counts["rejected"] += 1
+                    self.stats.webhook_rejections[str(status)] += 1
                     return
                 hinted = None
                 if status == 429:
