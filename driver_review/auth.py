@@ -13,8 +13,11 @@ The pipeline file names *where* a secret is (an environment variable), never the
 
 Each kind is an ``httpx.Auth``, so the client code that sends requests does not change.
 OAuth2 client credentials (RFC 6749 §4.4): the token is fetched once per process and
-shared by every concurrent call, refreshed shortly before it expires and once on a 401;
-concurrent callers wait for one refresh instead of each fetching (single flight). Values
+shared by every concurrent call and refreshed once on a 401; concurrent callers wait for
+one refresh instead of each fetching (single flight). Shortly before it expires it is
+refreshed in the background while calls go on with the current one: a call never waits for
+a scheduled refresh, so the calls of a paced client are not held up and then sent together
+(a burst that a rate limiter refuses). Values
 read from the environment live only in memory: no repr, log line, error, status or key
 shows them.
 """
@@ -22,6 +25,7 @@ shows them.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Annotated, Literal
@@ -32,11 +36,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from driver_review.errors import BadRequest, ConfigError, ServerError, TransportError
 from driver_review.identifiers import redact_url
 
-#: A token is refreshed this long before the expiry its server announced.
+#: A token is refreshed (in the background) this long before the expiry its server
+#: announced, or half-way through its life if that is shorter.
 REFRESH_MARGIN_S = 30.0
+#: ... and not sent at all in its last seconds (clocks and latency): at most this, at most
+#: a tenth of its life.
+EXPIRY_SKEW_S = 5.0
 #: Used when the token endpoint gives no ``expires_in``.
 DEFAULT_TOKEN_TTL_S = 300.0
 TOKEN_TIMEOUT_S = 10.0
+log = logging.getLogger(__name__)
 _ENV_NAME = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -172,8 +181,10 @@ class ClientCredentialsAuth(httpx.Auth):
         self._transport = transport
         self._clock = clock
         self._token: str | None = None
-        self._expires_at = 0.0
+        self._refresh_at = 0.0  # from here a background refresh is started ...
+        self._valid_until = 0.0  # ... and from here calls wait for a new token
         self._lock: asyncio.Lock | None = None
+        self._ahead: asyncio.Task[None] | None = None
         self.fetches = 0
 
     def __repr__(self) -> str:
@@ -196,9 +207,23 @@ class ClientCredentialsAuth(httpx.Auth):
             yield request
 
     async def _current(self) -> str:
-        if self._token is not None and self._clock() < self._expires_at:
-            return self._token
-        return await self._refresh(stale=self._token)
+        now = self._clock()
+        token = self._token
+        if token is None or now >= self._valid_until:
+            return await self._refresh(stale=token)
+        if now >= self._refresh_at and self._ahead is None:
+            self._ahead = asyncio.get_running_loop().create_task(self._refresh_ahead(token))
+        return token
+
+    async def _refresh_ahead(self, token: str) -> None:
+        try:
+            await self._refresh(stale=token)
+        except Exception as exc:  # typed and redacted by _fetch
+            # The current token still serves; the first call that finds it too old fetches
+            # one itself and fails with the typed error if the endpoint still refuses.
+            log.warning("%s: background token refresh failed: %s", self._where, exc)
+        finally:
+            self._ahead = None
 
     async def _refresh(self, *, stale: str | None) -> str:
         if self._lock is None:
@@ -208,12 +233,14 @@ class ClientCredentialsAuth(httpx.Auth):
             if (
                 self._token is not None
                 and self._token != stale
-                and (self._clock() < self._expires_at)
+                and self._clock() < self._valid_until
             ):
                 return self._token
+            asked_at = self._clock()  # the token's life counts from the request, to err early
             token, ttl_s = await self._fetch()
             self._token = token
-            self._expires_at = self._clock() + max(ttl_s - REFRESH_MARGIN_S, ttl_s / 2)
+            self._refresh_at = asked_at + max(ttl_s - REFRESH_MARGIN_S, ttl_s / 2)
+            self._valid_until = asked_at + ttl_s - min(EXPIRY_SKEW_S, ttl_s / 10)
             return token
 
     async def _fetch(self) -> tuple[str, float]:

@@ -44,6 +44,8 @@ class CheckServer:
         self.answer = answer
         self.statuses: Counter[int] = Counter()
         self.admitted_at: list[float] = []
+        self.refused_at: list[float] = []  # when each 429 was answered (monotonic)
+        self.tokens_at: list[float] = []  # when each token was issued (monotonic)
         self.tokens_issued = 0
         self.issued: list[str] = []  # every token handed out (tests scan for them)
         self._tokens: dict[str, float] = {}  # token -> expiry (monotonic)
@@ -74,6 +76,7 @@ class CheckServer:
         with self._lock:
             self._tokens[token] = time.monotonic() + self.token_ttl_s
             self.tokens_issued += 1
+            self.tokens_at.append(time.monotonic())
             self.issued.append(token)
         return 200, {"access_token": token, "token_type": "Bearer", "expires_in": self.token_ttl_s}
 
@@ -91,8 +94,7 @@ class CheckServer:
     def check(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
         with self._lock:
             admission = self.bucket.try_acquire()
-            if admission.admitted:
-                self.admitted_at.append(time.monotonic())
+            (self.admitted_at if admission.admitted else self.refused_at).append(time.monotonic())
         if not admission.admitted:
             return 429, {}, {"Retry-After": str(max(1, math.ceil(admission.wait_s)))}
         if self.answer is None:

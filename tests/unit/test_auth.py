@@ -101,7 +101,7 @@ class TokenServer:
                 return httpx.Response(self.status)
             self.issued += 1
             token = f"tok-{self.issued}"
-            self.valid = {token}
+            self.valid.add(token)  # earlier tokens stay valid until they expire
             return httpx.Response(
                 200,
                 json={"access_token": token, "token_type": "bearer", "expires_in": self.expires_in},
@@ -149,22 +149,72 @@ def test_oauth2_token_is_fetched_once_for_many_concurrent_calls() -> None:
     assert SECRET not in repr(auth)
 
 
-def test_oauth2_token_is_refreshed_before_expiry() -> None:
+def test_oauth2_token_is_refreshed_in_the_background_before_expiry() -> None:
     server = TokenServer(expires_in=120)
     now = [0.0]
     auth = _oauth(server, clock=lambda: now[0])
 
-    async def calls() -> list[int]:
+    async def calls() -> list[str]:
         async with httpx.AsyncClient(transport=httpx.MockTransport(server), auth=auth) as c:
-            out = [(await c.get("http://api.test/x")).status_code]
+
+            async def token() -> str:
+                return (await c.get("http://api.test/x")).json()["token"]
+
+            out = [await token()]
             now[0] = 60.0  # inside the token's life less the margin: same token
-            out.append((await c.get("http://api.test/x")).status_code)
-            now[0] = 95.0  # within 30 s of expiry: refreshed before it runs out
-            out.append((await c.get("http://api.test/x")).status_code)
+            out.append(await token())
+            now[0] = 95.0  # within 30 s of expiry: a refresh starts, this call goes on
+            out.append(await token())
+            assert server.issued == 1
+            for _ in range(100):  # bounded: the refresh takes 10 ms
+                if server.issued == 2:
+                    break
+                await asyncio.sleep(0.01)
+            out.append(await token())  # the new token, never waited for
+            now[0] = 96.0 + 120.0  # past even the new token's life: this call waits for one
+            out.append(await token())
             return out
 
-    assert asyncio.run(calls()) == [200, 200, 200]
-    assert server.issued == 2
+    assert asyncio.run(calls()) == [
+        "Bearer tok-1",
+        "Bearer tok-1",
+        "Bearer tok-1",
+        "Bearer tok-2",
+        "Bearer tok-3",
+    ]
+    assert server.issued == 3
+
+
+def test_a_token_is_not_sent_in_its_last_seconds_and_a_failed_background_refresh_waits(
+    caplog,
+) -> None:
+    server = TokenServer(expires_in=6)  # refreshed half-way, not sent in its last 0.6 s
+    now = [0.0]
+    auth = _oauth(server, clock=lambda: now[0])
+
+    async def calls() -> list[str]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(server), auth=auth) as c:
+
+            async def token() -> str:
+                return (await c.get("http://api.test/x")).json()["token"]
+
+            out = [await token()]
+            server.status = 503  # the token endpoint is down for a while
+            now[0] = 3.5  # past half-way: a background refresh, which fails
+            out.append(await token())
+            for _ in range(100):  # bounded
+                if auth.fetches == 2:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)
+            server.status = 200
+            now[0] = 5.5  # in the last tenth of its life: not sent, a new one fetched
+            out.append(await token())
+            return out
+
+    assert asyncio.run(calls()) == ["Bearer tok-1", "Bearer tok-1", "Bearer tok-2"]
+    assert auth.fetches == 3
+    assert "background token refresh failed" in caplog.text and SECRET not in caplog.text
 
 
 def test_a_401_refreshes_once_for_all_waiting_calls_and_retries() -> None:
