@@ -172,6 +172,25 @@ def read_status(config: PipelineConfig, instance: str) -> dict[str, Any]:
     return asyncio.run(collect_status(System.attach(config, instance)))
 
 
+def governor_line(gov: dict[str, Any]) -> str:
+    """One endpoint's pacing in a line: state, rate against what it has learnt of the
+    limit, 429s, and why it is paused (a quota names its window) or where it started from."""
+    line = f"{gov.get('state')} at {gov.get('rate') or 0:.1f}/s"
+    limit = gov.get("limit_estimate") or gov.get("header_rate")
+    if limit:
+        line += f" (limit ~{limit:.1f}/s)"
+    line += f", {gov.get('429s', 0)} 429s"
+    if gov.get("paused_for_s"):
+        why = gov.get("pause_reason") or "paused"
+        if gov.get("quota_window_s"):
+            why += f", window {gov['quota_window_s']:.0f}s"
+        line += f"; paused {gov['paused_for_s']:.0f}s more: {why}"
+    warm = gov.get("warm_start")
+    if warm:
+        line += f"; warm start from a limit learnt {warm.get('age_s', 0):.0f}s before"
+    return line
+
+
 def format_status(status: dict[str, Any]) -> list[str]:
     lines = [f"instance {status['instance']}: {'ok' if status['ok'] else 'DEGRADED'}"]
     if status.get("refused"):
@@ -199,10 +218,7 @@ def format_status(status: dict[str, Any]) -> list[str]:
             f"{pool['waiting_for_permit']:>6}"
         )
     for key, gov in (status.get("governor") or {}).items():
-        lines.append(
-            f"  governor {key}: {gov.get('state')} at {gov.get('rate', 0):.1f}/s, "
-            f"{gov.get('429s', 0)} 429s"
-        )
+        lines.append(f"  governor {key}: {governor_line(gov)}")
     cache = status.get("cache") or {}
     if cache:
         lines.append(
