@@ -75,6 +75,8 @@ class GovernorService:
             gov.observe(200, {}, now - min(max(0.0, age), MAX_SUCCESS_AGE_S))
         grant = dataclasses.replace(gov.lease(n, now), issued_at=now, clock=self._clock)
         tags = {"instance": self.instance, "key": key}
+        if ages:
+            metrics.endpoint_answers().inc(len(ages), {**tags, "answer": "ok"})
         metrics.governor_rate().set(gov.rate, tags)
         metrics.governor_limit().set(gov.stats(now)["limit_estimate"] or 0.0, tags)
         if self._store and now - self._saved_at >= SAVE_EVERY_S and self._saving is None:
@@ -121,6 +123,11 @@ class GovernorService:
         now = time.monotonic()
         for age in successes:
             gov.observe(200, {}, now - min(max(0.0, age), MAX_SUCCESS_AGE_S))
+        answers = metrics.endpoint_answers()
+        tags = {"instance": self.instance, "key": key}
+        if successes:
+            answers.inc(len(successes), {**tags, "answer": "ok"})
+        answers.inc(1, {**tags, "answer": str(status) if status in (429, 503) else "ok"})
         return gov.observe(status, headers, now)
 
     async def busy_spans(self) -> dict[str, list[tuple[float, float]]]:

@@ -100,6 +100,17 @@ def governor_limit() -> m.Gauge:
 
 
 @cache
+def endpoint_answers() -> m.Counter:
+    # Every answer the rate governor hears of, per endpoint key (ok, 429, 503): the catalog's
+    # routes are also in external_calls, a check service's answers only here.
+    return m.Counter(
+        "driver_review_endpoint_answers",
+        "Answers per external endpoint, as the rate governor heard them",
+        tag_keys=("instance", "key", "answer"),
+    )
+
+
+@cache
 def quarantined() -> m.Counter:
     # source: webhook, listing, changes, record ...; kind: why it could not be taken.
     # Catalog rows count once per distinct row; pings once per message id.

@@ -187,6 +187,10 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
     secrets_ = [CLIENT_SECRET, CATALOG_TOKEN, *checks.issued]
     out, err = capfd.readouterr()
     assert watched.statuses and "driver_review_governor_rate" in watched.metrics
+    # Each endpoint's answers are a series of their own (Grafana's 429 share per endpoint).
+    assert f'key="{check_key}"' in "".join(
+        ln for ln in watched.metrics.splitlines() if "driver_review_endpoint_answers" in ln
+    ), "no answers series for the check endpoint"
     assert any(check_key in (doc.get("governor") or {}) for doc in watched.statuses)
     surfaces = {
         "summary": json.dumps(summary),

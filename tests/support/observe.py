@@ -37,6 +37,11 @@ class Watched:
     metrics: str = ""
 
 
+#: Series the metrics text is read again until it holds (Ray exports every few seconds).
+WATCHED_SERIES = ("driver_review_governor_rate", "driver_review_endpoint_answers")
+METRICS_EVERY_S = 5.0  # ... and then again this often, so late series show too
+
+
 def watched_sweep(
     config: PipelineConfig,
     options: SweepOptions,
@@ -61,7 +66,7 @@ def watched_sweep(
     thread = threading.Thread(target=sweep, name="watched-sweep")
     thread.start()
     statuses: list[dict[str, Any]] = []
-    metrics = ""
+    metrics, read_at = "", 0.0
     deadline = time.monotonic() + deadline_s
     while thread.is_alive() and time.monotonic() < deadline:
         time.sleep(every_s)
@@ -70,8 +75,11 @@ def watched_sweep(
         except Exception:  # not started yet, or already stopped
             continue
         statuses.append(doc)
-        if doc.get("governor") and "driver_review_governor_rate" not in metrics:
-            metrics = metrics_text()
+        missing = not all(name in metrics for name in WATCHED_SERIES)
+        if doc.get("governor") and (missing or time.monotonic() - read_at >= METRICS_EVERY_S):
+            text, read_at = metrics_text(), time.monotonic()
+            if missing or all(name in text for name in WATCHED_SERIES):
+                metrics = text  # the newest reading that still holds every watched series
     thread.join(timeout=60)
     if "error" in result:
         raise result["error"]
