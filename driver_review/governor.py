@@ -45,7 +45,11 @@ Policy, in order of authority:
    - ``REPROBE * hi`` reached without a 429 means the limit rose: slow start again.
 
    Only one decrease per ``HOLDOFF_S`` (or per pause): 429s for requests sent before a
-   decrease say nothing new. Rates stay within ``min_rate``/``max_rate`` of the config.
+   decrease say nothing new. But 429s without Retry-After that still outnumber successes
+   ``ECHO_RATIO`` to one in that holdoff are an *echo*: a limiter that counts refused
+   requests too (HAProxy) stays over its limit while they go on, so the governor pauses
+   ``ECHO_PAUSE_S`` for its window to forget them. Rates stay within ``min_rate`` and
+   ``max_rate`` of the config.
 """
 
 from __future__ import annotations
@@ -84,6 +88,13 @@ HEADER_MARGIN_MIN = 0.5
 HEADER_RECOVER_PER_S = 0.002
 LONG_WINDOW_S = 60.0  # a RateLimit window longer than this is a quota (a budget), not a rate
 BUSY_SPANS = 1000  # spans of saturated demand kept (merged when contiguous)
+# An echo: 429s without Retry-After still outnumber successes this many to one during the
+# holdoff after a decrease, and are at least ECHO_MIN and this share of the permits the
+# holdoff held ... then pause this long, so a limiter that counts refused requests forgets.
+ECHO_RATIO = 3.0
+ECHO_MIN = 3
+ECHO_SHARE = 0.25
+ECHO_PAUSE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,9 @@ class RateGovernor:
         self._held_since_429 = True
         self._lo_guessed = False  # ``lo`` came from slow start and no rate has held since
         self._decreased_at = -math.inf
+        # 429s and successes since the last decrease, while its holdoff lasts (echo test).
+        self._echo_429s = self._holdoff_ok = 0
+        self._echoed = False
         self._bisect_above = WIDE  # bisect upwards after a hold while hi - lo > this * hi
         self._epoch = 0
         self._next_slot = -math.inf
@@ -169,6 +183,7 @@ class RateGovernor:
             "503s": 0,
             "ok": 0,
             "decreases": 0,
+            "echo_pauses": 0,
         }
 
     # --- leasing ----------------------------------------------------------------------
@@ -243,6 +258,8 @@ class RateGovernor:
         else:
             self._n["ok"] += 1
             self._meter.answered(now, ok=True)
+            if now < self._last_decrease_until:
+                self._holdoff_ok += 1
         if info is not None:
             self._use_headers(info, now)
         return self._epoch
@@ -262,7 +279,11 @@ class RateGovernor:
         # without (nginx, HAProxy) costs one request: close the bracket sooner.
         self._bisect_above = WIDE if retry_after_s else NARROW
         if now < self._last_decrease_until:
+            if not retry_after_s:
+                self._echo_429s += 1
+                self._pause_on_echo(now)
             return self._epoch
+        self._echo_429s, self._holdoff_ok, self._echoed = 0, 0, False
         if header_mode or self._mode == "header":
             # The server's own numbers were too generous for our arrival pattern.
             self._header_margin = max(HEADER_MARGIN_MIN, self._header_margin * 0.9)
@@ -372,6 +393,18 @@ class RateGovernor:
             self._pause_reason, self._pause_quota = reason, quota
             self._next_slot = max(self._next_slot, until)
             self._epoch += 1
+
+    def _pause_on_echo(self, now: float) -> None:
+        """Refused far more than served since a decrease, with no Retry-After to say for how
+        long: the limiter may count refused requests too (HAProxy's ``http_req_rate``), so
+        that sending on, even at the lower rate, keeps its count over the limit. Pause once
+        per decrease, long enough for its window to forget them."""
+        needed = max(ECHO_MIN, ECHO_SHARE * self._rate * HOLDOFF_S, ECHO_RATIO * self._holdoff_ok)
+        if not self._echoed and self._echo_429s >= needed:
+            self._echoed = True
+            self._n["echo_pauses"] += 1
+            self._pause(now + ECHO_PAUSE_S, "429s without Retry-After")
+            self._void_grants(now)
 
     def _void_grants(self, now: float) -> None:
         self._epoch += 1

@@ -147,6 +147,7 @@ def _governor(stats: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, An
         "429s",
         "503s",
         "decreases",
+        "echo_pauses",
     )
     # Keys are endpoint URLs (or rate_key names): never show the credentials of one.
     return {_shown_key(key): {k: gov.get(k) for k in keep} for key, gov in stats.items()}

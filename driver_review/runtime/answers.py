@@ -99,6 +99,7 @@ EndpointStats = TypedDict(
         "429s": int,
         "503s": int,
         "decreases": int,
+        "echo_pauses": int,
     },
     total=False,
 )
