@@ -65,6 +65,7 @@ class PermitBucket:
 
     async def acquire(self) -> None:
         """Wait until this caller may send one request."""
+        woke_late = False
         while True:
             async with self._lock:
                 at = await self._next_permit()
@@ -72,10 +73,18 @@ class PermitBucket:
             delay_s = at - self._clock()
             if delay_s > 0:
                 await self._sleep(delay_s)
-            if generation == self._generation:
-                self._n["acquired"] += 1
-                return
-            # The permit was voided while we slept on it: take a fresh one.
+            if generation != self._generation:
+                continue  # the permit was voided while we slept on it: take a fresh one
+            if not woke_late and self._clock() - at > self._max_late_s:
+                # Woke this late (a stalled event loop, a busy machine): every caller that
+                # slept through the stall would send at once, a burst the server never
+                # allowed. Take the next permit instead, once (a loop that is always this
+                # late must still send).
+                woke_late = True
+                self._n["late"] += 1
+                continue
+            self._n["acquired"] += 1
+            return
 
     async def _next_permit(self) -> float:
         """When the next permit still worth spending falls due; leases when none is left."""

@@ -40,3 +40,37 @@ def test_on_the_same_clock_a_late_grant_keeps_its_schedule_and_forfeits_what_is_
 def test_on_another_clock_the_schedule_starts_when_the_grant_arrives() -> None:
     assert _spent_at("monotonic@n1", "monotonic@n2") == [0.3, 0.5, 0.7]
     assert _spent_at(None, None) == [0.3, 0.5, 0.7]
+
+
+def test_callers_that_slept_through_a_stall_do_not_send_together() -> None:
+    """Three callers sleep on permits 0.1 s apart; the loop stalls 0.5 s. Each wakes with
+    its permit overdue, forfeits it and takes the next one: they go out spaced, not at once,
+    and a caller forfeits at most once (a loop that is always late still sends)."""
+    now = [0.0]
+    spent: list[float] = []
+    stalled = [False]
+
+    async def lease(n: int) -> Grant:
+        start = now[0]
+        return Grant(1, 0, tuple(round(0.1 * i, 3) for i in range(n)), 10.0, issued_at=start)
+
+    async def sleep(s: float) -> None:
+        await asyncio.sleep(0)
+        if not stalled[0]:
+            stalled[0] = True
+            now[0] += 0.5  # the stall: everyone sleeping wakes at 0.5
+        else:
+            now[0] = max(now[0], now[0] + s)
+
+    async def caller(bucket: PermitBucket) -> None:
+        await bucket.acquire()
+        spent.append(round(now[0], 3))
+
+    async def run() -> dict:
+        bucket = PermitBucket(lease, batch=10, clock=lambda: now[0], sleep=sleep)
+        await asyncio.gather(*(caller(bucket) for _ in range(3)))
+        return bucket.stats()
+
+    stats = asyncio.run(run())
+    assert stats["late"] >= 1
+    assert len(spent) == 3 and len(set(spent)) == 3, spent  # not all in one instant
