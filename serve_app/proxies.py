@@ -21,6 +21,7 @@ import os
 import shutil
 import socket
 import tempfile
+from typing import Any
 
 from driver_review.errors import ConfigError
 
@@ -34,6 +35,7 @@ HAPROXY_BINARY_ENV = "RAY_SERVE_HAPROXY_BINARY_PATH"
 REPLICA_DRAIN_S = 2.0
 _CONTROLLER_NAME = "SERVE_CONTROLLER_ACTOR"
 _SERVE_NAMESPACE = "serve"
+SERVE_LOOKUP_TIMEOUT_S = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,16 @@ def serve_running() -> bool:
         a.get("name") == _CONTROLLER_NAME and a.get("namespace") == _SERVE_NAMESPACE
         for a in ray.util.list_named_actors(all_namespaces=True)
     )
+
+
+def serve_http_address() -> tuple[str, int]:
+    """``(host, port)`` the running Serve's proxies listen on: a Serve already running keeps
+    its own, whatever a later ``serve.start`` asks for."""
+    import ray
+
+    controller = ray.get_actor(_CONTROLLER_NAME, namespace=_SERVE_NAMESPACE)
+    options: Any = ray.get(controller.get_http_config.remote(), timeout=SERVE_LOOKUP_TIMEOUT_S)
+    return str(options.host), int(options.port)
 
 
 def start_serve(host: str, port: int, proxy: str) -> str | None:

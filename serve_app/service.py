@@ -95,16 +95,23 @@ def start_ingress(
     from ray import serve
 
     from serve_app.app import IngressArgs, build_app
-    from serve_app.proxies import serve_running, start_serve
+    from serve_app.proxies import serve_http_address, serve_running, start_serve
 
     haproxy = proxy == "haproxy" and not serve_running()
     # Built first: it checks the secret and the pipeline file before Serve starts.
     app = build_app(IngressArgs(instance=instance, config=config_path, haproxy=haproxy))
     started = start_serve(host, port, proxy)
-    if started is None:
-        log.info("Serve already runs here: the webhook ingress joins it behind its proxy")
     serve.run(app, name=serve_app_name(instance), route_prefix="/", blocking=False)
-    wait_routed(host, port)
+    # A Serve that already ran keeps its own address: wait (and say) where pings go.
+    serving_host, serving_port = serve_http_address()
+    if started is None:
+        log.info(
+            "Serve already runs here: the webhook ingress joins its proxy on %s:%d%s",
+            serving_host,
+            serving_port,
+            "" if (serving_host, serving_port) == (host, port) else f" (not {host}:{port})",
+        )
+    wait_routed(serving_host, serving_port)
     return started
 
 
