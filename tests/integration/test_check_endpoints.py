@@ -37,7 +37,7 @@ os.environ.setdefault("DRIVER_REVIEW_TEST_CATALOG_TOKEN", CATALOG_TOKEN)
 
 CHECK_RATE = 15.0
 CATALOG_RATE = 150
-DRIVERS = 500
+DRIVERS = 1000  # about a minute at the check service: a fixed cost of cold discovery weighs little
 
 
 def _config(catalog_url: str, check_url: str) -> Any:
@@ -87,7 +87,7 @@ def _ray_logs() -> list[pathlib.Path]:
     return [p for p in logs.rglob("*") if p.is_file()]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(480)
 def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
     sim_factory, tmp_path, capfd
 ) -> None:
@@ -112,7 +112,7 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
     try:
         data_dir = str(tmp_path / "data")
         watched = watched_sweep(
-            _config(sim.url, checks.url), SweepOptions(data_dir=data_dir, timeout_s=150)
+            _config(sim.url, checks.url), SweepOptions(data_dir=data_dir, timeout_s=300)
         )
     finally:
         checks.stop()
@@ -130,8 +130,8 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
     assert catalog_401s == 0, stats["requests"]
     assert stats["rate_limited"] <= 0.01 * catalog_calls, figures
 
-    # The check service: at most 1% 429s, run near its limit while it had work, tokens
-    # refreshed as they expired.
+    # The check service: few 429s, run near its limit while it had work, tokens refreshed
+    # as they expired.
     calls = sum(checks.statuses.values()) - checks.tokens_issued
     refused = checks.statuses[429]
     admitted = checks.admitted_at
@@ -146,9 +146,10 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
         f"{checks.tokens_issued} tokens; sweep {summary['wall_s']}s"
     )
     assert checks.statuses[401] == 0 and checks.tokens_issued >= 2, figures
-    # The target is 1% (the benchmark's 60-second run meets it: 0.39%). Cold, over 30
-    # seconds at 15/s with a burst of 3, runs here drew 1 to 6 429s in ~390 calls: bounded
-    # at 2% until discovery at low rates is steadier.
+    # The target is 1% (the benchmark's run meets it: 0.39%). Cold, over a minute at 15/s
+    # with a burst of 3 and a Retry-After of a second, runs here drew 5 to 7 429s in ~770
+    # calls (0.65-0.91%) on a quiet machine: the probe above the limit and arrival jitter
+    # against a burst of 3. Bounded at 2% until that has a margin under load.
     assert refused <= 0.02 * calls, figures
     per_s = [0] * (int(busy_s) + 1)
     for t in admitted:
@@ -160,11 +161,11 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
         f"{[round(t - admitted[0], 2) for t in checks.refused_at]} s, tokens at "
         f"{[round(t - admitted[0], 2) for t in checks.tokens_at]} s"
     )
-    # Near the limit is the target (the benchmark's run: 0.995 of it while busy). Cold over
-    # 30 seconds, runs here settled anywhere from 0.41 to 0.97 of it: one 429 judged from
-    # a handful of answers can set the estimate low, and from there the governor bisects
-    # upwards only from far below. Bounded loosely until that is fixed.
-    assert steady >= 0.3 * CHECK_RATE, figures
+    # Near the limit (the benchmark's run: 0.995 of it while busy). Runs here: 0.90 and
+    # 0.92 of it over a minute; 0.82 to 0.85 over the half-minute of 500 drivers, also with
+    # two busy loops hogging both cores. One 429 judged from a handful of answers can still
+    # set the estimate low (a run once settled at 0.41): bounded at 0.6 with that margin.
+    assert steady >= 0.6 * CHECK_RATE, figures
 
     # A separate governor key for the check endpoint, apart from the catalog's.
     governor = summary["governor"]
