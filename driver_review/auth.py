@@ -17,9 +17,8 @@ shared by every concurrent call and refreshed once on a 401; concurrent callers 
 one refresh instead of each fetching (single flight). Shortly before it expires it is
 refreshed in the background while calls go on with the current one: a call never waits for
 a scheduled refresh, so the calls of a paced client are not held up and then sent together
-(a burst that a rate limiter refuses). Values
-read from the environment live only in memory: no repr, log line, error, status or key
-shows them.
+(a burst that a rate limiter refuses). Values read from the environment live only in
+memory: no repr, log line, error, status or key shows them.
 """
 
 from __future__ import annotations

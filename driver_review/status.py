@@ -181,6 +181,8 @@ def governor_line(gov: dict[str, Any]) -> str:
     if limit:
         line += f" (limit ~{limit:.1f}/s)"
     line += f", {gov.get('429s', 0)} 429s"
+    if gov.get("echo_pauses"):
+        line += f", {gov['echo_pauses']} echo pauses"
     if gov.get("paused_for_s"):
         why = gov.get("pause_reason") or "paused"
         if gov.get("quota_window_s"):
