@@ -110,11 +110,15 @@ class StageBacklog:
         out: list[Segment] = []
         for lane in Lane:
             q = self._lanes[lane]
-            while n > 0 and (q.segments or q.buffer):
+            # Only what the lane held when the call began: rows ``keep`` sends back to this
+            # very lane wait for the next call instead of looping this one forever.
+            left = q.queued
+            while n > 0 and left > 0 and (q.segments or q.buffer):
                 if not q.segments:
                     self._seal(q, lane, min(len(q.buffer), max(n, 1)), now)
                 seg = q.segments.popleft()
                 q.queued -= len(seg.rows)
+                left -= len(seg.rows)
                 mask = keep(seg.rows, lane)
                 rows = seg.rows if mask.all() else seg.rows[mask]
                 if len(rows) == 0:

@@ -52,7 +52,7 @@ from driver_review.ledger import (
     Verdict,
     Work,
 )
-from driver_review.quarantine import BadRow, QuarantineTable, bad_row
+from driver_review.quarantine import IN_REVIEW_WITHOUT_STAGE, BadRow, QuarantineTable, bad_row
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,10 @@ class OrchestratorCore:
                 continue
             if not ledger.needs_review(row):
                 continue
-            by_stage.setdefault(ledger.target(row)[1], []).append(row)
+            stage = ledger.target(row)[1]
+            if not 0 <= stage < len(self.stages):
+                continue  # refused at intake; never queued where no stage would keep it
+            by_stage.setdefault(stage, []).append(row)
         total = 0
         for stage, stage_rows in by_stage.items():
             ledger.set_work(stage_rows, Work.QUEUED)
@@ -584,6 +587,8 @@ def _invalid(ch: Change, stages: int, now: float) -> tuple[str, str] | None:
         return "bad_version", problem
     if ch.stage != NO_STAGE and not 0 <= ch.stage < stages:
         return "unknown_stage", f"stage index {ch.stage} out of range"
+    if ch.stage == NO_STAGE and ch.status == Status.IN_REVIEW:
+        return "unknown_stage", IN_REVIEW_WITHOUT_STAGE
     problem = time_problem(ch.changed_at, now)
     if problem:
         return "bad_time", problem

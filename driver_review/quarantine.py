@@ -51,6 +51,8 @@ KINDS = (
     "missing_field",
     "bad_row",
 )
+#: Why a driver said to be in review at no stage is refused: it could be reviewed nowhere.
+IN_REVIEW_WITHOUT_STAGE = "in review at no stage (a driver in review names its stage)"
 #: Bad rows waiting to be exported (metric, Parquet) between two orchestrator ticks.
 MAX_UNEXPORTED = 10_000
 QUARANTINE_DIR = "quarantine"
@@ -155,6 +157,8 @@ def model_problem(
         return "unknown_stage", (
             f"unknown stage {shown(obj.stage)} (the pipeline has {', '.join(stages)})"
         )
+    if obj.stage is None and getattr(obj, "status", None) == "in_review":
+        return "unknown_stage", IN_REVIEW_WITHOUT_STAGE
     return None
 
 

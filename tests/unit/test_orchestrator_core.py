@@ -285,3 +285,20 @@ def test_an_invalid_change_is_refused_alone(clock: Clock) -> None:
     assert queued == 1
     assert core.counters.invalid == 2
     assert "drv-0002" not in core.ledger
+
+
+def test_a_driver_in_review_at_no_stage_is_refused_and_demand_still_returns(
+    clock: Clock,
+) -> None:
+    """In review at no stage: no stage would ever keep it. It used to be queued at the last
+    stage (a negative index), dropped there at hand-out and queued there again, inside one
+    ``demand`` call that never returned (a fuzzed ping found it)."""
+    core = make_core(clock)
+    queued = core.intake([change(1), change(2, stage=NO_STAGE)])
+    assert queued == 1 and core.counters.invalid == 1
+    assert "drv-0002" not in core.ledger
+    for stage in core.stages:
+        core.demand(stage, 10)  # returns (bounded by the backlog's own guard besides)
+    # A published driver at no stage is fine, as ever.
+    assert core.intake([change(3, stage=NO_STAGE, status=Status.PUBLISHED)]) == 0
+    assert core.counters.invalid == 1

@@ -90,11 +90,13 @@ SPOILERS = {
 
 @st.composite
 def good_row(draw: st.DrawFn, i: int) -> dict[str, Any]:
+    status = draw(st.sampled_from(["in_review", "published", "rejected"]))
     return {
         "id": f"drv-{i}",
         "version": draw(versions),
-        "stage": draw(st.sampled_from([*STAGES, None])),
-        "status": draw(st.sampled_from(["in_review", "published", "rejected"])),
+        # A driver in review is at a stage; a decided one may name none.
+        "stage": draw(st.sampled_from(STAGES if status == "in_review" else [*STAGES, None])),
+        "status": status,
         "updated_at": draw(times).isoformat().replace("+00:00", "Z"),
         # extra fields from a newer catalog are ignored, not a reason to refuse
         **draw(
@@ -105,11 +107,13 @@ def good_row(draw: st.DrawFn, i: int) -> dict[str, Any]:
 
 @st.composite
 def bad_row_of(draw: st.DrawFn, i: int) -> Any:
-    how = draw(st.sampled_from([*SPOILERS, "missing", "not_object"]))
+    how = draw(st.sampled_from([*SPOILERS, "missing", "not_object", "in_review_nowhere"]))
     if how == "not_object":
         return draw(st.one_of(json_scalars, st.text(max_size=10)))
     row = draw(good_row(i))
-    if how == "missing":
+    if how == "in_review_nowhere":
+        row.update(status="in_review", stage=None)
+    elif how == "missing":
         del row[draw(st.sampled_from(list(SPOILERS)))]
     else:
         row[how] = draw(SPOILERS[how])
@@ -177,11 +181,13 @@ def test_the_client_takes_every_good_row_and_sets_aside_every_bad_one(pages_) ->
 
 @st.composite
 def good_change(draw: st.DrawFn, i: int) -> Change:
+    status = draw(st.sampled_from(list(Status)))
+    lowest = 0 if status == Status.IN_REVIEW else -1  # in review at a stage; decided: any
     return Change(
         f"drv-{i}",
         draw(versions),
-        draw(st.integers(-1, len(STAGES) - 1)),
-        draw(st.sampled_from(list(Status))),
+        draw(st.integers(lowest, len(STAGES) - 1)),
+        status,
         draw(st.floats(min_value=0, max_value=NOW)),
     )
 
@@ -189,7 +195,11 @@ def good_change(draw: st.DrawFn, i: int) -> Change:
 @st.composite
 def bad_change(draw: st.DrawFn, i: int) -> Change:
     c = draw(good_change(i))
-    field = draw(st.sampled_from(["driver_id", "version", "stage", "status", "changed_at"]))
+    field = draw(
+        st.sampled_from(["driver_id", "version", "stage", "status", "changed_at", "nowhere"])
+    )
+    if field == "nowhere":  # in review at no stage
+        return dataclasses.replace(c, driver_id=f"bad-{i}", stage=-1, status=Status.IN_REVIEW)
     value = draw(
         {
             "driver_id": bad_ids,
