@@ -15,12 +15,18 @@ from driver_review.config import load_config, parse_config
 from driver_review.sim import SimSettings
 from serve_app.service import SECRET_ENV, start_service, stop_service
 from tests.support.net import free_port
+from tests.support.serve import shutdown_serve
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
 
 @pytest.mark.timeout(300)
-def test_thin_pings_are_looked_up_and_reviewed_within_seconds(sim_factory, tmp_path) -> None:
+def test_thin_pings_are_looked_up_and_reviewed_within_seconds(
+    sim_factory, tmp_path, serve_cleanup
+) -> None:
+    # The simulator pings the port given here, so Serve must listen there: a Serve left
+    # running by an earlier test keeps its own port.
+    shutdown_serve()
     secret = os.environ.setdefault(SECRET_ENV, "whsec_" + base64.b64encode(os.urandom(24)).decode())
     port = free_port()
     sim = sim_factory(
