@@ -149,6 +149,13 @@ def test_oauth2_token_is_fetched_once_for_many_concurrent_calls() -> None:
     assert SECRET not in repr(auth)
 
 
+async def _background_refresh(auth: ClientCredentialsAuth) -> None:
+    """Wait for the refresh a call started in the background (none started: a failure)."""
+    ahead = auth._ahead
+    assert ahead is not None, "no background refresh was started"
+    await ahead
+
+
 def test_oauth2_token_is_refreshed_in_the_background_before_expiry() -> None:
     server = TokenServer(expires_in=120)
     now = [0.0]
@@ -166,10 +173,8 @@ def test_oauth2_token_is_refreshed_in_the_background_before_expiry() -> None:
             now[0] = 95.0  # within 30 s of expiry: a refresh starts, this call goes on
             out.append(await token())
             assert server.issued == 1
-            for _ in range(100):  # bounded: the refresh takes 10 ms
-                if server.issued == 2:
-                    break
-                await asyncio.sleep(0.01)
+            await _background_refresh(auth)
+            assert server.issued == 2
             out.append(await token())  # the new token, never waited for
             now[0] = 96.0 + 120.0  # past even the new token's life: this call waits for one
             out.append(await token())
@@ -202,11 +207,8 @@ def test_a_token_is_not_sent_in_its_last_seconds_and_a_failed_background_refresh
             server.status = 503  # the token endpoint is down for a while
             now[0] = 3.5  # past half-way: a background refresh, which fails
             out.append(await token())
-            for _ in range(100):  # bounded
-                if auth.fetches == 2:
-                    break
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(0.01)
+            await _background_refresh(auth)
+            assert auth.fetches == 2
             server.status = 200
             now[0] = 5.5  # in the last tenth of its life: not sent, a new one fetched
             out.append(await token())
