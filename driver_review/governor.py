@@ -31,11 +31,13 @@ Policy, in order of authority:
    - on a 429 (``"aimd"`` from then on), ``hi`` becomes the pace of the permits due just
      before it, or, if over the last second the server visibly served less than it
      was sent (``CLIPPED``, see :mod:`driver_review.meter`), what it served: the limit
-     showing through. (Sent is what it answered, not the permits leased: a client short
-     of work leaves permits unspent, and those say nothing about the limit.) The new
-     rate bisects ``[lo, hi]`` (times ``SETTLE``: a multiplicative decrease in effect),
-     or, once the bracket is ``NARROW``, is ``SETTLE * hi``, just under the limit; with
-     no ``lo`` (or one refused before it held) it is ``DECREASE * hi``.
+     showing through. A 429 with Retry-After (a window or a bucket, counting) caps ``hi``
+     at what was served over that second, plus one: a count reached. (Sent is what it
+     answered, not the permits leased: a client short of work leaves permits unspent,
+     and those say nothing about the limit.) The new rate bisects ``[lo, hi]`` (times
+     ``SETTLE``: a multiplicative decrease in effect), or, once the bracket is ``NARROW``,
+     is ``SETTLE * hi``, just under the limit; with no ``lo`` (or one refused before it
+     held) it is ``DECREASE * hi``.
    - between 429s the rate *probes* up additively: ``PROBE_PER_S`` of ``hi`` per second, a
      pace that doubles every ``PROBE_DOUBLING_S`` without a 429. A good bracket keeps the
      rate just under the limit for long stretches (few 429s, each of which costs a whole
@@ -74,7 +76,7 @@ DECREASE = 0.85  # multiplicative decrease on a 429 when nothing better is known
 SETTLE = 0.98  # settle at this share of a limit the server showed us
 CLIPPED = 0.9  # served below this share of what was sent shows where the limit is
 NARROW = 0.05  # bounds closer than this share of ``hi`` are done bisecting (down) ...
-WIDE = 0.2  # ... and bounds wider than this share are bisected upwards after a hold
+WIDE = 0.15  # ... and bounds wider than this share are bisected upwards after a hold
 HOLD_S = 2.0  # busy this long at a rate without a 429: the rate is safe
 PROBE_PER_S = 0.0002  # above it, grow by this share of the estimate per second ...
 PROBE_DOUBLING_S = 16.0  # ... a pace that doubles every this long without a 429
@@ -290,7 +292,8 @@ class RateGovernor:
             if self._header_rate is not None:
                 self._rate = self._clamp(self._header_rate * self._header_margin)
         else:
-            self._rate = self._clamp(self._after_429(measured, pace))
+            told_wait = bool(retry_after_s)
+            self._rate = self._clamp(self._after_429(measured, pace, told_wait=told_wait))
             self._held_since_429 = False
             self._mode = "aimd"
             self._held_s, self._hold_rate = 0.0, self._rate
@@ -481,13 +484,21 @@ class RateGovernor:
         self._saw_429_in_interval = False
         self._answered = 0
 
-    def _after_429(self, measured: Measure | None, sent: float) -> float:
-        """The new rate, after narrowing the bounds on the limit with a 429 at pace ``sent``."""
-        m = measured
+    def _after_429(self, measured: Measure | None, pace: float, *, told_wait: bool) -> float:
+        """The new rate, after narrowing the bounds on the limit with a 429 at ``pace`` (that
+        of the permits due just before it; ``told_wait``: it said Retry-After)."""
+        m, sent = measured, pace
         if m and m.served >= MIN_SAMPLES and m.served_per_s < CLIPPED * m.answered_per_s:
             # The server visibly refused part of what it was sent: its limit showing through
             # (plus what a burst allowance let by: an upper bound, tight over a long window).
             sent = min(sent, m.served_per_s)
+        elif m and m.served >= MIN_SAMPLES and told_wait:
+            # A limiter that names its wait counts requests in a window or a bucket: having
+            # served this much, it refused one more. Its limit is no higher than that (plus
+            # a request, the count being whole), however fast the permits were due. Not so
+            # for a 429 without: a limiter on spacing (nginx without a burst) refuses a
+            # request that came too soon after another, at any rate.
+            sent = min(sent, m.served_per_s * (m.served + 1) / m.served)
         self._hi = sent
         if self._mode == "slow_start" and self._lo is None:
             # The rate before the last doubling went without a 429; but it lasted one

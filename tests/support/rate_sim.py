@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -72,8 +73,13 @@ def simulate(
     latency_s: float = 0.02,
     config: GovernorConfig | None = None,
     governor: RateGovernor | None = None,
+    jitter_s: float = 0.0,
+    seed: int = 0,
 ) -> Run:
-    """Saturating demand: ``workers`` clients share one bucket of leased permits."""
+    """Saturating demand: ``workers`` clients share one bucket of leased permits. With
+    ``jitter_s`` each request leaves up to that much after its permit (uniform, seeded):
+    an event loop waking late, a connection being set up."""
+    rng = random.Random(seed)
     run = Run(governor or RateGovernor(config or GovernorConfig(), wall_clock=lambda: WALL0))
     gov, events, seq = run.gov, [], itertools.count()
     held: deque[float] = deque()
@@ -90,7 +96,8 @@ def simulate(
                 return
             state["epoch"] = grant.epoch
             held.extend(now + d for d in grant.delays_s)
-        push(max(held.popleft(), now), "send", w, state["generation"])
+        late_s = rng.uniform(0.0, jitter_s) if jitter_s else 0.0
+        push(max(held.popleft(), now) + late_s, "send", w, state["generation"])
 
     for w in range(workers):
         push(start_s, "acquire", w)

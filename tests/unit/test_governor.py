@@ -17,7 +17,7 @@ from driver_review import governor as gv
 from driver_review.config import GovernorConfig
 from driver_review.governor import RateGovernor
 from driver_review.limiter import LocalLimiter, PermitBucket
-from tests.support.rate_sim import WALL0, TokenBucketServer, simulate
+from tests.support.rate_sim import WALL0, ShapeServer, TokenBucketServer, simulate
 
 # --- discovery ---------------------------------------------------------------------------
 
@@ -104,19 +104,39 @@ def test_slow_starts_lower_bound_is_dropped_when_refused_before_any_rate_held() 
     assert run.gov.stats()["429s"] <= 8  # eleven when the guess was kept
 
 
-def test_permits_left_unspent_do_not_pass_for_a_clipping_server() -> None:
+@pytest.mark.parametrize("retry_after_s", [None, 1.0])
+def test_permits_left_unspent_do_not_pass_for_a_clipping_server(
+    retry_after_s: float | None,
+) -> None:
     """A client spends every other permit (short of work); the server serves all it is
     sent, then a 429 comes. What was answered, not what was leased, is what the server
-    saw: the limit is at least the pace it was sent at, not the half actually served."""
+    saw: without Retry-After (perhaps a limiter on spacing, which refuses at any rate) the
+    limit is at least the pace it was sent at, not the half actually served. With it (a
+    count reached) the limit is what was served, plus one: the leased pace is no bound."""
     gov = RateGovernor(GovernorConfig(initial_rate=100))
     for i in range(100):
         now = i * 0.01
         gov.lease(1, now)
         if i % 2 == 0:
             gov.observe(200, {}, now + 0.005)
-    gov.on_429(1.0, 1.0)
-    assert gov.stats()["limit_estimate"] >= 0.9 * 100
-    assert gov.rate >= 0.9 * 50  # never below what the server just served
+    gov.on_429(retry_after_s, 1.0)
+    if retry_after_s is None:
+        assert gov.stats()["limit_estimate"] >= 0.9 * 100
+        assert gov.rate >= 0.9 * 50  # never below what the server just served
+    else:
+        assert 50 <= gov.stats()["limit_estimate"] <= 52
+        assert gov.rate < 50
+
+
+def test_a_window_that_says_retry_after_is_bracketed_by_what_it_served() -> None:
+    """A fixed window of 60/s, cold, with permits due far faster after slow start: each
+    429 caps the limit at what the window served, so the estimate reaches 60-62/s in a few
+    429s. (Taking the permits' pace as the bound, it came down 15% a 429: 85/s after 10 s
+    and 11 429s.)"""
+    run = simulate(ShapeServer("fixed", 60, retry_after=True), duration_s=10.0)
+    stats = run.gov.stats()
+    assert stats["limit_estimate"] is not None and stats["limit_estimate"] <= 1.15 * 60, stats
+    assert stats["429s"] <= 7 and 0.9 * 60 <= run.gov.rate <= 1.05 * 60, stats
 
 
 def test_rate_stays_within_min_and_max() -> None:
