@@ -31,13 +31,13 @@ Policy, in order of authority:
    - on a 429 (``"aimd"`` from then on), ``hi`` becomes the pace of the permits due just
      before it, or, if over the last second the server visibly served less than it
      was sent (``CLIPPED``, see :mod:`driver_review.meter`), what it served: the limit
-     showing through. A 429 with Retry-After (a window or a bucket, counting) caps ``hi``
-     at what was served over that second, plus one: a count reached. (Sent is what it
-     answered, not the permits leased: a client short of work leaves permits unspent,
-     and those say nothing about the limit.) The new rate bisects ``[lo, hi]`` (times
-     ``SETTLE``: a multiplicative decrease in effect), or, once the bracket is ``NARROW``,
-     is ``SETTLE * hi``, just under the limit; with no ``lo`` (or one refused before it
-     held) it is ``DECREASE * hi``.
+     showing through. (Sent is what it answered, not the permits leased: a client short
+     of work leaves permits unspent, and those say nothing about the limit. Workers report
+     successes with their next lease and 429s at once, so what was served reads low just
+     after a 429: a clipped bound can come out low, and the probe must find it again.) The new
+     rate bisects ``[lo, hi]`` (times ``SETTLE``: a multiplicative decrease in effect),
+     or, once the bracket is ``NARROW``, is ``SETTLE * hi``, just under the limit; with
+     no ``lo`` (or one refused before it held) it is ``DECREASE * hi``.
    - between 429s the rate *probes* up additively: ``PROBE_PER_S`` of ``hi`` per second, a
      pace that doubles every ``PROBE_DOUBLING_S`` without a 429. A good bracket keeps the
      rate just under the limit for long stretches (few 429s, each of which costs a whole
@@ -292,8 +292,7 @@ class RateGovernor:
             if self._header_rate is not None:
                 self._rate = self._clamp(self._header_rate * self._header_margin)
         else:
-            told_wait = bool(retry_after_s)
-            self._rate = self._clamp(self._after_429(measured, pace, told_wait=told_wait))
+            self._rate = self._clamp(self._after_429(measured, pace))
             self._held_since_429 = False
             self._mode = "aimd"
             self._held_s, self._hold_rate = 0.0, self._rate
@@ -407,11 +406,19 @@ class RateGovernor:
             self._echoed = True
             self._n["echo_pauses"] += 1
             self._pause(now + ECHO_PAUSE_S, "429s without Retry-After")
+            # 429s still coming back for requests sent before the pause say nothing new.
+            self._last_decrease_until = max(self._last_decrease_until, self._paused_until)
             self._void_grants(now)
 
     def _void_grants(self, now: float) -> None:
+        """Void every grant out (clients drop what they hold); the new schedule starts one
+        spacing, at the new rate, after the last permit that fell due: a permit handed out
+        at once could follow one sent a moment ago, closer than either rate allows, and a
+        limiter on spacing (nginx without a burst) refuses it, so voids again, and again."""
         self._epoch += 1
-        self._next_slot = max(now, self._paused_until)
+        last = self._meter.last_due(now)
+        after_last = now if last is None else last + 1.0 / self._rate
+        self._next_slot = max(now, self._paused_until, after_last)
         self._last_grant = None
 
     def _account_idle(self, now: float) -> None:
@@ -484,21 +491,13 @@ class RateGovernor:
         self._saw_429_in_interval = False
         self._answered = 0
 
-    def _after_429(self, measured: Measure | None, pace: float, *, told_wait: bool) -> float:
-        """The new rate, after narrowing the bounds on the limit with a 429 at ``pace`` (that
-        of the permits due just before it; ``told_wait``: it said Retry-After)."""
-        m, sent = measured, pace
+    def _after_429(self, measured: Measure | None, sent: float) -> float:
+        """The new rate, after narrowing the bounds on the limit with a 429 at pace ``sent``."""
+        m = measured
         if m and m.served >= MIN_SAMPLES and m.served_per_s < CLIPPED * m.answered_per_s:
             # The server visibly refused part of what it was sent: its limit showing through
             # (plus what a burst allowance let by: an upper bound, tight over a long window).
             sent = min(sent, m.served_per_s)
-        elif m and m.served >= MIN_SAMPLES and told_wait:
-            # A limiter that names its wait counts requests in a window or a bucket: having
-            # served this much, it refused one more. Its limit is no higher than that (plus
-            # a request, the count being whole), however fast the permits were due. Not so
-            # for a 429 without: a limiter on spacing (nginx without a burst) refuses a
-            # request that came too soon after another, at any rate.
-            sent = min(sent, m.served_per_s * (m.served + 1) / m.served)
         self._hi = sent
         if self._mode == "slow_start" and self._lo is None:
             # The rate before the last doubling went without a 429; but it lasted one

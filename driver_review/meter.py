@@ -62,6 +62,10 @@ class RateMeter:
         while self._offered and self._offered[0][0] < oldest:
             self._offered.popleft()
 
+    def last_due(self, now: float) -> float | None:
+        """When the newest permit due by ``now`` was due (perhaps sent just now)."""
+        return max((t for t, _ in self._offered if t <= now), default=None)
+
     def pace(self, now: float, default: float) -> float:
         """The pace of the permits due just before ``now``: what the server just saw. After
         a step up, the schedule still holds permits at the old pace for a while."""
