@@ -1,8 +1,7 @@
 """A check service on its own port with its own, lower, undisclosed limit and OAuth2
 credentials whose tokens expire mid-run, beside a catalog that wants a bearer token and has
 a limit of its own: a sweep through real Ray paces each endpoint near its limit, apart, with
-at most 1% 429s at the catalog and 2% at the check service (the target there is 1% too:
-see the bound), and no secret shows in stdout, logs, the status document, the
+at most 1% 429s at each, and no secret shows in stdout, logs, the status document, the
 metrics, the sweep summary or Parquet."""
 
 from __future__ import annotations
@@ -147,11 +146,11 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
         f"{checks.tokens_issued} tokens; sweep {summary['wall_s']}s"
     )
     assert checks.statuses[401] == 0 and checks.tokens_issued >= 2, figures
-    # The target is 1% (the benchmark's run meets it: 0.39%). Cold, over a minute at 15/s
-    # with a burst of 3 and a Retry-After of a second, runs here drew 5 to 7 429s in ~770
-    # calls (0.65-0.91%) on a quiet machine: the probe above the limit and arrival jitter
-    # against a burst of 3. Bounded at 2% until that has a margin under load.
-    assert refused <= 0.02 * calls, figures
+    # At most 1%, as at the catalog. Cold, over a minute at 15/s with a burst of 3 and a
+    # Retry-After of a second, runs here drew 4 429s in 766 calls (0.52%), three times in a
+    # row: the first overshoot of slow start, one or two while the bracket closes, and the
+    # probe crossing the limit once a minute.
+    assert refused <= 0.01 * calls, figures
     per_s = [0] * (int(busy_s) + 1)
     for t in admitted:
         per_s[int(t - admitted[0])] += 1
