@@ -75,29 +75,52 @@ def simulate(
     governor: RateGovernor | None = None,
     jitter_s: float = 0.0,
     seed: int = 0,
+    processes: int = 0,
 ) -> Run:
     """Saturating demand: ``workers`` clients share one bucket of leased permits. With
     ``jitter_s`` each request leaves up to that much after its permit (uniform, seeded):
-    an event loop waking late, a connection being set up."""
+    an event loop waking late, a connection being set up.
+
+    ``processes`` > 0 splits the workers into that many processes, as Ray's workers are:
+    each leases its own permits and learns of a voided schedule only when it next hears
+    from the governor, and reports its successes as the real client does, with its next
+    lease (or with its next 429), so the governor hears of them late. With 0 every answer
+    is heard at once and one bucket serves all (the ideal client)."""
     rng = random.Random(seed)
     run = Run(governor or RateGovernor(config or GovernorConfig(), wall_clock=lambda: WALL0))
     gov, events, seq = run.gov, [], itertools.count()
-    held: deque[float] = deque()
-    state = {"generation": 0, "epoch": -1}
+    n_buckets = max(1, processes)
+    held: list[deque[float]] = [deque() for _ in range(n_buckets)]
+    unreported: list[list[float]] = [[] for _ in range(n_buckets)]
+    generation = [0] * n_buckets
+    epoch = [-1] * n_buckets
 
     def push(t: float, *what: object) -> None:
         heapq.heappush(events, (t, next(seq), *what))
 
+    def report(p: int) -> None:
+        for at in unreported[p]:
+            gov.observe(200, {}, at)
+        unreported[p].clear()
+
+    def note_epoch(p: int, now_epoch: int) -> None:
+        if now_epoch != epoch[p]:
+            held[p].clear()
+            generation[p] += 1
+            epoch[p] = now_epoch
+
     def acquire(w: int, now: float) -> None:
-        if not held:
+        p = w % n_buckets
+        if not held[p]:
+            report(p)
             grant = gov.lease(8, now)
+            note_epoch(p, grant.epoch)
             if not grant.delays_s:
                 push(now + grant.retry_in_s, "acquire", w)
                 return
-            state["epoch"] = grant.epoch
-            held.extend(now + d for d in grant.delays_s)
+            held[p].extend(now + d for d in grant.delays_s)
         late_s = rng.uniform(0.0, jitter_s) if jitter_s else 0.0
-        push(max(held.popleft(), now) + late_s, "send", w, state["generation"])
+        push(max(held[p].popleft(), now) + late_s, "send", w, generation[p])
 
     for w in range(workers):
         push(start_s, "acquire", w)
@@ -105,10 +128,11 @@ def simulate(
         t, _, kind, w, *rest = heapq.heappop(events)
         if t > duration_s:
             break
+        p = w % n_buckets
         if kind == "acquire":
             acquire(w, t)
         elif kind == "send":
-            if rest[0] != state["generation"]:  # voided while waiting: take a fresh one
+            if rest[0] != generation[p]:  # voided while waiting: take a fresh one
                 acquire(w, t)
                 continue
             # A server may hold an admitted request before serving it (nginx's delay).
@@ -116,10 +140,12 @@ def simulate(
             push(t + latency_s + sum(delay_s), "answer", w, status, headers)
         else:
             status, headers = rest
-            epoch = gov.observe(status, headers, t)
-            if epoch != state["epoch"]:
-                held.clear()
-                state["generation"] += 1
+            if processes and status == 200 and not headers:
+                unreported[p].append(t)  # told with the next lease
+            else:
+                if processes:
+                    report(p)
+                note_epoch(p, gov.observe(status, headers, t))
             run.log.append((t, status))
             run.rates.append((t, gov.rate, gov.state(t)))
             acquire(w, t)

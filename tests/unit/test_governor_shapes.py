@@ -105,3 +105,24 @@ def test_a_limiter_that_serves_its_limit_through_an_overshoot_is_no_echo(name: s
         ShapeServer(name, 60, retry_after=False), duration_s=DURATION_S, latency_s=LATENCY_S
     )
     assert run.gov.stats()["429s"] > 0 and run.gov.stats()["echo_pauses"] == 0
+
+
+@pytest.mark.parametrize(("name", "retry_after"), [("token", True), ("leaky-burst", False)])
+def test_successes_heard_a_lease_late_from_several_processes(name: str, retry_after: bool) -> None:
+    """As Ray's workers are: four processes lease apart, each hears of a void only from the
+    governor, and reports its successes with its next lease while a 429 goes at once. The
+    governor then judges a 429 against a served rate that reads low, and the other
+    processes spend what they hold at the old pace. Today: token 0.860 with 0.90% 429s,
+    nginx with a burst 0.960 with 1.59% (0.848 / 0.39% and 0.957 / 0.92% heard at once)."""
+    run = simulate(
+        ShapeServer(name, 60, retry_after=retry_after),
+        duration_s=DURATION_S,
+        latency_s=LATENCY_S,
+        processes=4,
+    )
+    print(
+        f"{name}: utilization {run.served_rate(0, DURATION_S) / 60:.3f}, "
+        f"429 share {run.share_429(0, DURATION_S):.4f}"
+    )
+    assert run.served_rate(0, DURATION_S) >= 0.85 * 60
+    assert run.share_429(0, DURATION_S) <= 0.02
