@@ -82,6 +82,9 @@ PROBE_PER_S = 0.0002  # above it, grow by this share of the estimate per second 
 PROBE_DOUBLING_S = 16.0  # ... a pace that doubles every this long without a 429
 REPROBE = 1.15  # this far above the estimate without a 429: the limit rose
 HOLDOFF_S = 0.5  # after a decrease ignore 429s this long (or to the end of its pause)
+# Workers report successes with their next lease, 429s at once: this long after a 429, the
+# successes from before it are in, and the 429 is judged again on them.
+REPORTED_S = 0.5
 MIN_SAMPLES = 5  # fewer successes than this say nothing about the limit
 LEASE_HORIZON_S = 0.25  # a grant reaches no further ahead than this (beyond its first permit)
 HEADER_TTL_S = 30.0  # header mode lasts this long after the last RateLimit header
@@ -166,7 +169,8 @@ class RateGovernor:
         self._last_decrease_until = -math.inf
         self._saw_429_in_interval = False
         self._answered = 0  # responses observed in this interval
-        self._meter = RateMeter(lag_s=LEASE_HORIZON_S)
+        self._meter = RateMeter(lag_s=LEASE_HORIZON_S, keep_s=REPORTED_S)
+        self._rejudge: _Rejudge | None = None  # the last decrease, to judge again
         self._header_rate: float | None = None
         self._header_seen_at = -math.inf
         self._header_margin = HEADER_MARGIN
@@ -273,7 +277,8 @@ class RateGovernor:
         self._meter.answered(now, ok=False)
         self._saw_429_in_interval = True
         # Measured before the pause below moves the window.
-        measured = self._meter.measure(now, not_before=self._paused_until)
+        measure_from = self._paused_until
+        measured = self._meter.measure(now, not_before=measure_from)
         pace = self._meter.pace(now, self._rate)
         if retry_after_s is not None and retry_after_s > 0:
             self._pause(now + retry_after_s, "429 Retry-After")
@@ -292,7 +297,10 @@ class RateGovernor:
             if self._header_rate is not None:
                 self._rate = self._clamp(self._header_rate * self._header_margin)
         else:
+            before = _Bounds(self._lo, self._hi, self._lo_guessed, self._held_since_429, self._mode)
             self._rate = self._clamp(self._after_429(measured, pace))
+            decreases = self._n["decreases"] + 1
+            self._rejudge = _Rejudge(now, measure_from, pace, before, self._rate, decreases)
             self._held_since_429 = False
             self._mode = "aimd"
             self._held_s, self._hold_rate = 0.0, self._rate
@@ -442,6 +450,8 @@ class RateGovernor:
     def _tick(self, now: float) -> None:
         """Let time act on the rate: one step per elapsed interval of activity."""
         self._last_now = max(self._last_now, now)
+        if self._rejudge is not None and now >= self._rejudge.at + REPORTED_S:
+            self._judge_again(self._rejudge)
         self._meter.trim(now)
         if self._interval_start is None:
             self._interval_start = self._idle_mark = now
@@ -471,6 +481,28 @@ class RateGovernor:
             else:
                 self._increase(now, elapsed_s)
         self._start_interval(now)
+
+    def _judge_again(self, r: _Rejudge) -> None:
+        """Decide the last decrease again, now that the successes from before its 429 are
+        reported: judged at once, the server seemed to serve less than it did, and a
+        schedule it never clipped could pass for clipped (a bound far under the limit)."""
+        self._rejudge = None
+        if self._n["decreases"] != r.decreases or self._mode != "aimd":
+            return  # decided anew since (another 429, headers): the moment has passed
+        measured = self._meter.measure(r.at, not_before=r.measure_from)
+        after = self._lo, self._hi, self._lo_guessed
+        b = r.before
+        self._lo, self._hi, self._lo_guessed = b.lo, b.hi, b.lo_guessed
+        self._held_since_429, self._mode = b.held_since_429, b.mode
+        rate = self._clamp(self._after_429(measured, r.pace))
+        self._held_since_429, self._mode = False, "aimd"
+        if rate == r.rate:
+            self._lo, self._hi, self._lo_guessed = after
+            return
+        self._rate = self._hold_rate = rate
+        self._held_s = 0.0
+        if rate < r.rate:
+            self._void_grants(self._last_now)
 
     def _note_busy(self, start: float, end: float) -> None:
         self._busy_s += end - start
@@ -557,6 +589,27 @@ class RateGovernor:
         )
         if self._header_rate is not None:
             self._rate = self._clamp(self._header_rate * self._header_margin)
+
+
+@dataclass(frozen=True)
+class _Bounds:
+    lo: float | None
+    hi: float | None
+    lo_guessed: bool
+    held_since_429: bool
+    mode: State
+
+
+@dataclass(frozen=True)
+class _Rejudge:
+    """A decrease to decide again once late reports are in (see ``REPORTED_S``)."""
+
+    at: float  # when its 429 came
+    measure_from: float  # the window it was measured over began no earlier
+    pace: float
+    before: _Bounds
+    rate: float  # the rate it set
+    decreases: int  # the count of decreases with it
 
 
 def _positive(value: Any) -> float | None:

@@ -28,10 +28,12 @@ class Measure:
 
 
 class RateMeter:
-    def __init__(self, *, lag_s: float) -> None:
+    def __init__(self, *, lag_s: float, keep_s: float = 0.0) -> None:
         """``lag_s``: how long after a change of pace permits at the old pace still fall due
-        (the lease horizon)."""
+        (the lease horizon); ``keep_s``: how much longer a window stays readable after it
+        ends (to read it again once late reports are in)."""
         self.lag_s = lag_s
+        self.keep_s = keep_s
         self._served: deque[float] = deque()  # when answers other than 429 came
         self._answered: deque[float] = deque()  # when any answer came
         self._offered: deque[tuple[float, float]] = deque()  # (permit due at, rate issued at)
@@ -54,7 +56,7 @@ class RateMeter:
         self._paced_at.append(now)
 
     def trim(self, now: float) -> None:
-        oldest = now - WINDOW_S - self.lag_s  # nothing older is ever read
+        oldest = now - WINDOW_S - self.lag_s - self.keep_s  # nothing older is ever read
         while self._served and self._served[0] < oldest:
             self._served.popleft()
         while self._answered and self._answered[0] < oldest:
@@ -83,6 +85,6 @@ class RateMeter:
         span_s = now - start
         if span_s < MIN_WINDOW_S:
             return None
-        served = sum(1 for t in self._served if t >= start)
-        answered = sum(1 for t in self._answered if t >= start)
+        served = sum(1 for t in self._served if start <= t <= now)
+        answered = sum(1 for t in self._answered if start <= t <= now)
         return Measure(served / span_s, answered / span_s, served)

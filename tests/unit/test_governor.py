@@ -91,6 +91,43 @@ def test_only_one_decrease_per_burst_of_429s() -> None:
     assert gov.stats()["decreases"] == 2
 
 
+def test_a_429_judged_before_the_successes_were_reported_is_judged_again() -> None:
+    """Workers report successes with their next lease, 429s at once. A 429 judged at once
+    then sees three in four successes missing: the server looks as if it clipped the
+    schedule at a quarter of its pace, and the bound falls there. Once the reports are in
+    (``REPORTED_S`` later) the decrease is judged again on them, and the bound comes back
+    (a real HAProxy sweep ran at 20/s for 50 s against a limit of 60 before)."""
+    gov = RateGovernor(GovernorConfig(initial_rate=60))
+    late: list[float] = []
+
+    def send(t0: float, t1: float, rate: float, heard_every: int) -> None:
+        i, t = 0, t0
+        while t < t1:
+            gov.lease(1, t)
+            if i % heard_every == 0:
+                gov.observe(200, {}, t)
+            else:
+                late.append(t)
+            i += 1
+            t = t0 + i / rate
+
+    send(0.0, 2.0, 60, 1)
+    gov.on_429(None, 2.0)
+    send(2.0, 3.2, gov.rate, 4)
+    for t in (3.2, 3.25, 3.3):  # one decrease, two 429s in its holdoff
+        gov.on_429(None, t)
+    pace = gov.rate
+    send(3.3, 3.75, pace, 4)
+    gov.on_429(None, 3.75)
+    judged_at_once = gov.stats()["limit_estimate"]
+    assert judged_at_once is not None and judged_at_once < 0.5 * pace  # the false clip
+    for t in late:
+        gov.observe(200, {}, t)
+    gov.lease(1, 3.75 + gv.REPORTED_S + 0.01)
+    assert gov.stats()["limit_estimate"] == pytest.approx(pace, rel=0.01)
+    assert gov.rate > 0.8 * pace
+
+
 def test_after_a_decrease_the_next_permit_keeps_its_distance_from_the_last_one_due() -> None:
     """A 429 voids the schedule. The permit leased next must not follow the one just sent
     closer than the new rate allows: a limiter on spacing (nginx without a burst) would
