@@ -34,14 +34,10 @@ Policy, in order of authority:
      showing through. (Sent is what it answered, not the permits leased: a client short
      of work leaves permits unspent, and those say nothing about the limit. Workers report
      successes with their next lease and 429s at once, so what was served reads low just
-     after a 429: a clipped bound can come out low, and the probe must find it again.) A
-     429 with Retry-After stops sending at once, so nothing shows as refused: what was
-     served since sending resumed (at most a second) bounds ``hi`` instead, judged again
-     once the late successes are in. The new rate bisects ``[lo, hi]`` (times ``SETTLE``:
-     a multiplicative decrease in effect), or, once the bracket is ``NARROW``, is
-     ``SETTLE * hi``, just under the limit; with no ``lo`` (or one refused before it held)
-     it is ``DECREASE * hi``, or ``SETTLE * hi`` when ``hi`` was counted over a whole
-     second of serving: near enough the limit to settle under, not to decrease blindly.
+     after a 429: a clipped bound can come out low, and the probe must find it again.) The new
+     rate bisects ``[lo, hi]`` (times ``SETTLE``: a multiplicative decrease in effect),
+     or, once the bracket is ``NARROW``, is ``SETTLE * hi``, just under the limit; with
+     no ``lo`` (or one refused before it held) it is ``DECREASE * hi``.
    - between 429s the rate *probes* up additively: ``PROBE_PER_S`` of ``hi`` per second, a
      pace that doubles every ``PROBE_DOUBLING_S`` without a 429. A good bracket keeps the
      rate just under the limit for long stretches (few 429s, each of which costs a whole
@@ -68,7 +64,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from driver_review.config import GovernorConfig
-from driver_review.meter import WINDOW_S, Measure, RateMeter
+from driver_review.meter import Measure, RateMeter
 from driver_review.retry import RateLimitInfo, parse_ratelimit, parse_retry_after
 
 State = Literal["slow_start", "aimd", "header", "paused"]
@@ -78,10 +74,6 @@ BUSY_FRACTION = 0.8  # demand "saturates" when the schedule was busy this share 
 KEPT_UP = 0.5  # ... and answers came at least at this share of the rate (lagging by latency)
 DECREASE = 0.85  # multiplicative decrease on a 429 when nothing better is known
 SETTLE = 0.98  # settle at this share of a limit the server showed us
-# ... and start this far under what it served over a whole window, where nothing better is
-# known: near enough to climb back in a few holds, far enough under that a bucket's banked
-# burst in that count is not taken for its rate.
-RECOUNT = 0.92
 CLIPPED = 0.9  # served below this share of what was sent shows where the limit is
 NARROW = 0.05  # bounds closer than this share of ``hi`` are done bisecting (down) ...
 WIDE = 0.15  # ... and bounds wider than this share are bisected upwards after a hold
@@ -163,7 +155,6 @@ class RateGovernor:
         self._echo_429s = self._holdoff_ok = 0
         self._echoed = False
         self._bisect_above = WIDE  # bisect upwards after a hold while hi - lo > this * hi
-        self._told_when = False  # the last 429 said Retry-After
         self._epoch = 0
         self._next_slot = -math.inf
         self._paused_until = -math.inf
@@ -294,7 +285,6 @@ class RateGovernor:
         # A 429 that pauses costs a whole Retry-After: bisect up only from far below. One
         # without (nginx, HAProxy) costs one request: close the bracket sooner.
         self._bisect_above = WIDE if retry_after_s else NARROW
-        self._told_when = bool(retry_after_s)
         if now < self._last_decrease_until:
             if not retry_after_s:
                 self._echo_429s += 1
@@ -533,29 +523,15 @@ class RateGovernor:
         self._saw_429_in_interval = False
         self._answered = 0
 
-    def _after_429(self, measured: Measure | None, pace: float) -> float:
-        """The new rate, after narrowing the bounds on the limit with a 429 at ``pace``."""
-        m, sent, counted = measured, pace, False
-        if m and m.served >= MIN_SAMPLES and self._told_when:
-            # A 429 that pauses stops sending at once, so nothing shows as refused; but
-            # what the server served up to it is a bound all the same: sent more than it
-            # allows, it served its limit (plus what a bucket had banked, or the tail of
-            # a window before). The pace of the permits is no bound when the client was
-            # short of work or of CPU and sent less.
-            bound = m.served / m.span_s
-            # Counted over a whole window it is the limit itself, or near it: settle under
-            # it, rather than fall back to a blind decrease and a slow climb back. Below a
-            # rate that held it is no bound: successes not yet reported, a client that
-            # sent unevenly (a drained bucket refuses a moment's burst).
-            held = self._lo is not None and not self._lo_guessed and bound < self._lo
-            counted = bound < sent and m.span_s >= WINDOW_S - 1e-9 and not held
-            sent = sent if held else min(sent, bound)
+    def _after_429(self, measured: Measure | None, sent: float) -> float:
+        """The new rate, after narrowing the bounds on the limit with a 429 at pace ``sent``."""
+        m = measured
         if m and m.served >= MIN_SAMPLES and m.served_per_s < CLIPPED * m.answered_per_s:
             # The server visibly refused part of what it was sent: its limit showing through
             # (plus what a burst allowance let by: an upper bound, tight over a long window).
             sent = min(sent, m.served_per_s)
         self._hi = sent
-        if self._mode == "slow_start" and self._lo is None and not counted:
+        if self._mode == "slow_start" and self._lo is None:
             # The rate before the last doubling went without a 429; but it lasted one
             # interval, which a burst allowance can absorb: a guess until a rate holds.
             self._lo, self._lo_guessed = sent / 2, True
@@ -564,13 +540,13 @@ class RateGovernor:
         if self._lo is not None and self._lo >= sent:
             self._lo = None  # a 429 at a rate once safe: the limit dropped
         if self._lo is None:
-            return (RECOUNT if counted else DECREASE) * sent
+            return DECREASE * sent
         if sent - self._lo <= NARROW * sent:
             if not self._held_since_429:
                 # Settled at ``lo`` and refused again before holding: ``lo`` was never safe
                 # (a burst allowance made it look so). Start the bracket afresh.
                 self._lo = None
-                return (RECOUNT if counted else DECREASE) * sent
+                return DECREASE * sent
             # Done bisecting: settle just under the 429, then probe slowly.
             self._lo = min(self._lo, SETTLE * sent)
             return self._lo

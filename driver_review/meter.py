@@ -25,7 +25,6 @@ class Measure:
     served_per_s: float
     answered_per_s: float  # 429s included: the rate the server was sent, as it answered
     served: int  # how many answers the rates rest on
-    span_s: float  # the span the rates are measured over
 
 
 class RateMeter:
@@ -88,4 +87,4 @@ class RateMeter:
             return None
         served = sum(1 for t in self._served if start <= t <= now)
         answered = sum(1 for t in self._answered if start <= t <= now)
-        return Measure(served / span_s, answered / span_s, served, span_s)
+        return Measure(served / span_s, answered / span_s, served)
