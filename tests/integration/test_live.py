@@ -71,7 +71,7 @@ def test_a_burst_beyond_intake_is_refused_retried_and_reviewed(
 @pytest.mark.timeout(300)
 def test_status_from_a_separate_process(sim_factory, tmp_path, serve_cleanup) -> None:
     live = start_live(sim_factory, str(tmp_path), drivers=50, update_rate=2.0, seed=7)
-    # The whole first listing, not its first page: status is read once, from elsewhere.
+    # The whole first listing, not a part of it: status is read once, from elsewhere.
     poll_until(lambda: live.system.orchestrator.call_sync("stats")["ledger"]["drivers"] >= 50, 60)
     env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address)
     cli = [sys.executable, "-m", "driver_review", "status", "--instance", live.system.instance]
