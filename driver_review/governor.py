@@ -150,6 +150,10 @@ class RateGovernor:
         self._hold_rate = self._rate
         self._held_since_429 = True
         self._lo_guessed = False  # ``lo`` came from slow start and no rate has held since
+        # When ``lo`` last rose by a hold, and what it was before: a 429 soon after says a
+        # burst allowance, not the limit, carried the rate through that hold.
+        self._lo_raised_at = -math.inf
+        self._lo_before: float | None = None
         self._decreased_at = -math.inf
         # 429s and successes since the last decrease, while its holdoff lasts (echo test).
         self._echo_429s = self._holdoff_ok = 0
@@ -298,7 +302,7 @@ class RateGovernor:
                 self._rate = self._clamp(self._header_rate * self._header_margin)
         else:
             before = _Bounds(self._lo, self._hi, self._lo_guessed, self._held_since_429, self._mode)
-            self._rate = self._clamp(self._after_429(measured, pace))
+            self._rate = self._clamp(self._after_429(measured, pace, now))
             decreases = self._n["decreases"] + 1
             self._rejudge = _Rejudge(now, measure_from, pace, before, self._rate, decreases)
             self._held_since_429 = False
@@ -494,7 +498,7 @@ class RateGovernor:
         b = r.before
         self._lo, self._hi, self._lo_guessed = b.lo, b.hi, b.lo_guessed
         self._held_since_429, self._mode = b.held_since_429, b.mode
-        rate = self._clamp(self._after_429(measured, r.pace))
+        rate = self._clamp(self._after_429(measured, r.pace, r.at))
         self._held_since_429, self._mode = False, "aimd"
         if rate == r.rate:
             self._lo, self._hi, self._lo_guessed = after
@@ -523,9 +527,20 @@ class RateGovernor:
         self._saw_429_in_interval = False
         self._answered = 0
 
-    def _after_429(self, measured: Measure | None, sent: float) -> float:
+    def _after_429(self, measured: Measure | None, sent: float, now: float) -> float:
         """The new rate, after narrowing the bounds on the limit with a 429 at pace ``sent``."""
         m = measured
+        if (
+            self._lo is not None
+            and now - self._lo_raised_at < HOLD_S
+            and sent <= (1 + WIDE) * self._lo
+            and (self._lo_before is None or sent > self._lo_before)
+        ):
+            # Refused at the rate a hold just made safe, within one more hold: a bucket's
+            # burst lasted through that hold (at 54/s against 50 with a burst of 10, 2.3 s),
+            # not the limit. The rate safe before it is what is known to hold. (A 429 at a
+            # rate well above ``lo``, a bisection up, says nothing against ``lo``.)
+            self._lo = self._lo_before
         if m and m.served >= MIN_SAMPLES and m.served_per_s < CLIPPED * m.answered_per_s:
             # The server visibly refused part of what it was sent: its limit showing through
             # (plus what a burst allowance let by: an upper bound, tight over a long window).
@@ -558,6 +573,7 @@ class RateGovernor:
         self._held_s += elapsed_s
         if self._held_s >= HOLD_S:
             if self._lo is None or self._hold_rate > self._lo:
+                self._lo_before, self._lo_raised_at = self._lo, now
                 self._lo = self._hold_rate
             self._lo_guessed = False
             self._held_since_429 = True
