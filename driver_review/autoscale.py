@@ -7,10 +7,15 @@ workers' demand is capped by a check endpoint's limit or pause (``held``: anothe
 would only hold more drivers for the same scarce endpoint). Shrink by
 one (with a graceful drain) after the stage has been idle for ``idle_shrink_s``.
 One step per decision: the pool's own tick paces the change.
+
+Where a new worker goes is :func:`spread_target`: a worker asks for no resources, and for
+such a request Ray places ``SPREAD`` and soft affinity at random, so a stage's workers
+could all land on one node; the pool picks the node itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 BUSY_UTILIZATION = 0.75  # share of in-flight slots in use that counts as busy
@@ -94,3 +99,16 @@ class AutoscalePolicy:
             self.last_reason = "idle"
             return -1
         return 0
+
+
+def spread_target(nodes: Iterable[str], placed: Mapping[str, int], offset: int = 0) -> str | None:
+    """The node for a pool's next worker: the alive node holding fewest of the pool's
+    workers (``placed``: node -> count; nodes it does not name hold none). Ties go round
+    the sorted node list from ``offset`` (the stage's index), so single-worker pools of
+    different stages start on different nodes. ``None`` when no node is known."""
+    ring = sorted(set(nodes))
+    if not ring:
+        return None
+    k = offset % len(ring)
+    ring = ring[k:] + ring[:k]
+    return min(ring, key=lambda n: placed.get(n, 0))  # the first of the fewest, in ring order

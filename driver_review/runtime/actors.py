@@ -2,7 +2,7 @@
 
 I/O-bound actors ask for no CPU so a 2-core laptop hosts them all; the package digest
 runs in a thread. Long-lived actors are named, detached and restart forever; stage
-workers are owned by their pool (see :mod:`.pool`) and spread across nodes.
+workers are owned by their pool (see :mod:`.pool`), which spreads them across nodes.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from driver_review import env
 from driver_review.config import PipelineConfig
@@ -89,13 +90,29 @@ def stage_pool(
 
 
 def new_worker(
-    config: PipelineConfig, *, stage: str, instance: str, name: str, data_dir: str
+    config: PipelineConfig,
+    *,
+    stage: str,
+    instance: str,
+    name: str,
+    data_dir: str,
+    node_id: str | None = None,
 ) -> Any:
+    """A stage worker on ``node_id`` when given, else wherever Ray puts it.
+
+    The affinity is hard: a worker asks for no resources, and Ray ignores ``SPREAD`` and
+    soft affinity for such a request, picking a node at random (ray-project/ray#25360
+    honours only hard affinity); on a two-node cluster all four workers of a sweep landed
+    on one node now and then. A worker whose node is gone cannot be restarted there: it
+    dies (``ActorUnschedulableError``) and its pool starts another on a live node."""
+    strategy: Any = (
+        NodeAffinitySchedulingStrategy(node_id, soft=False) if node_id is not None else "SPREAD"
+    )
     return Worker.options(
         name=name,
         namespace=NAMESPACE,
         num_cpus=0,
         max_restarts=-1,
         max_concurrency=1000,
-        scheduling_strategy="SPREAD",
+        scheduling_strategy=strategy,
     ).remote(config, stage=stage, instance=instance, name=name, data_dir=data_dir)

@@ -17,7 +17,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorAlreadyExistsError
 
-from driver_review.autoscale import AutoscalePolicy, PoolSample
+from driver_review.autoscale import AutoscalePolicy, PoolSample, spread_target
 from driver_review.config import PipelineConfig
 from driver_review.runtime import metrics
 from driver_review.runtime.answers import WorkerStats
@@ -55,6 +55,9 @@ class StagePoolService:
         self.orchestrator = OrchestratorClient(instance)
         self.cache = CacheClient(instance)
         self.workers: dict[str, StageWorkerClient] = {}
+        # Where each worker runs (as it last said; the node it was sent to until then).
+        self.node_of: dict[str, str] = {}
+        self._stage_index = config.stage_names.index(stage)
         self._serial = 0
         self._ticker: asyncio.Task | None = None
         self.events: list[dict[str, Any]] = []  # scale events, newest last (bounded)
@@ -126,6 +129,7 @@ class StagePoolService:
             if isinstance(res, BaseException):
                 log.warning("pool %s: worker %s is gone (%s)", self.stage, name, type(res).__name__)
                 self.workers.pop(name, None)
+                self.node_of.pop(name, None)
         # The autoscaling tick runs beside this coroutine and may add or retire a worker
         # while we await: pair the answers with the names they were asked of, and keep
         # only workers still in the pool.
@@ -133,15 +137,35 @@ class StagePoolService:
         stats = await asyncio.gather(
             *(self.workers[n].stats() for n in names), return_exceptions=True
         )
-        return {
+        live = {
             n: s
             for n, s in zip(names, stats, strict=True)
             if not isinstance(s, BaseException) and n in self.workers
         }
+        for n, s in live.items():  # a worker Ray restarted elsewhere says where it is now
+            self.node_of[n] = s["node_id"]
+        return live
+
+    async def _next_node(self) -> str | None:
+        """The alive node holding fewest of this pool's workers (see
+        :func:`~driver_review.autoscale.spread_target`); ``None`` (Ray's ``SPREAD``) when
+        the node list cannot be read."""
+        try:
+            nodes = await asyncio.to_thread(ray.nodes)
+        except Exception as exc:  # the GCS is restarting, say: Ray still places it
+            log.warning("pool %s: node list unavailable (%s); placed by Ray", self.stage, exc)
+            return None
+        placed: dict[str, int] = {}
+        for name in self.workers:
+            if name in self.node_of:
+                placed[self.node_of[name]] = placed.get(self.node_of[name], 0) + 1
+        alive = [n["NodeID"] for n in nodes if n.get("Alive")]
+        return spread_target(alive, placed, self._stage_index)
 
     async def _add(self, reason: str) -> None:
         from driver_review.runtime.actors import new_worker
 
+        node = await self._next_node()
         for _ in range(NAME_ATTEMPTS):
             self._serial += 1
             name = StageWorkerClient.name_for(self.instance, self.stage, self._serial)
@@ -156,6 +180,7 @@ class StagePoolService:
                         instance=self.instance,
                         name=name,
                         data_dir=self.data_dir,
+                        node_id=node,
                     ),
                 )
                 break
@@ -167,11 +192,14 @@ class StagePoolService:
             raise RuntimeError(f"pool {self.stage}: {NAME_ATTEMPTS} worker names all taken")
         await worker.start()
         self.workers[name] = worker
+        if node is not None:
+            self.node_of[name] = node
         self.peak_workers = max(self.peak_workers, len(self.workers))
         self._event("add", name, reason)
 
     async def _retire(self, name: str, reason: str, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         worker = self.workers.pop(name)
+        self.node_of.pop(name, None)
         self._event("drain", name, reason)
         try:
             final = await worker.drain(timeout_s)

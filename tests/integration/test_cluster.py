@@ -235,8 +235,8 @@ STOP_TIMEOUT_S = 90.0
 
 
 def _pipeline_file(path: Path, min_workers: dict[str, int]) -> Path:
-    """The shipped pipeline with ``min_workers`` per stage, so that SPREAD has something to
-    spread over two nodes, and short windows for a quick test."""
+    """The shipped pipeline with ``min_workers`` per stage, so that each pool has something
+    to spread over two nodes, and short windows for a quick test."""
     data = load_config().model_dump()
     for stage in data["stages"]:
         stage["pool"].update(min_workers=min_workers[stage["name"]], max_workers=3)
@@ -402,9 +402,8 @@ def _check_service_placement(
     )
     by_name = {a["name"]: a for a in actors}
     workers = {n: a["node_id"] for n, a in by_name.items() if a["class_name"] == "StageWorker"}
-    # SPREAD is best effort: the sweep phase shows workers on both nodes; here, right after
-    # it, the service's six once all landed on the head. Where they are is reported.
-    assert set(workers.values()) <= {head_id, worker_id}, (
+    # Each pool puts its next worker on the live node holding fewest of its workers.
+    assert set(workers.values()) == {head_id, worker_id}, (
         f"head {head_id}, worker {worker_id}, stage workers {workers}, "
         f"nodes {_nodes(cluster)}\n{context()}"
     )
@@ -423,7 +422,7 @@ def test_two_nodes_sweep_job_and_service(sim_factory, tmp_path) -> None:
     """One after the other (their worker processes would otherwise all start at once on a
     loaded machine): a sweep as a Ray job, then the always-on service, stopped by SIGINT."""
     t0 = time.monotonic()
-    # Six workers for the service, four for the sweep: enough for SPREAD to use both nodes.
+    # Six workers for the service, four for the sweep: each pool spreads its own over both.
     config = _pipeline_file(
         tmp_path / "service.yaml", {"intake": 2, "security": 2, "compatibility": 2}
     )

@@ -1,4 +1,4 @@
-from driver_review.autoscale import AutoscalePolicy, PoolSample
+from driver_review.autoscale import AutoscalePolicy, PoolSample, spread_target
 
 
 def sample(now: float, backlog: int, workers: int, in_flight: int, waiting: int = 0) -> PoolSample:
@@ -57,3 +57,32 @@ def test_a_held_pool_still_shrinks_when_idle_and_respects_min() -> None:
         workers += p.decide(PoolSample(0, workers, 0, workers * 10, 0, float(t), held=True))
     assert workers == 1
     assert p.decide(PoolSample(0, 0, 0, 0, 0, 31.0, held=True)) == +1  # below min
+
+
+# -- where a new worker goes ------------------------------------------------------------------
+
+
+def test_spread_target_fills_the_emptiest_node_first() -> None:
+    assert spread_target(["b", "a"], {}) == "a"
+    assert spread_target(["a", "b"], {"a": 1}) == "b"
+    assert spread_target(["a", "b", "c"], {"a": 2, "b": 1, "c": 1}) == "b"
+    # A node the pool has workers on but that is gone does not count.
+    assert spread_target(["b", "c"], {"a": 0, "b": 3, "c": 4}) == "b"
+    assert spread_target([], {"a": 1}) is None
+
+
+def test_spread_target_balances_a_pool_over_every_node() -> None:
+    nodes = ["n1", "n2", "n3"]
+    for offset in range(4):
+        placed: dict[str, int] = {}
+        for _ in range(7):
+            node = spread_target(nodes, placed, offset)
+            assert node is not None
+            placed[node] = placed.get(node, 0) + 1
+        assert sorted(placed.values()) == [2, 2, 3], (offset, placed)
+
+
+def test_spread_target_starts_each_stage_on_its_own_node() -> None:
+    """Three pools of one worker on two nodes: not all three on the same node."""
+    firsts = [spread_target(["x", "y"], {}, offset) for offset in range(3)]
+    assert firsts == ["x", "y", "x"]
