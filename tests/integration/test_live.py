@@ -13,7 +13,7 @@ import pytest
 import ray
 
 from tests.support.live import converged, diverged, start_live
-from tests.support.wait import poll_until
+from tests.support.wait import poll_until, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
@@ -72,7 +72,11 @@ def test_a_burst_beyond_intake_is_refused_retried_and_reviewed(
 def test_status_from_a_separate_process(sim_factory, tmp_path, serve_cleanup) -> None:
     live = start_live(sim_factory, str(tmp_path), drivers=50, update_rate=2.0, seed=7)
     # The whole first listing, not a part of it: status is read once, from elsewhere.
-    poll_until(lambda: live.system.orchestrator.call_sync("stats")["ledger"]["drivers"] >= 50, 60)
+    wait_until(
+        lambda: live.system.orchestrator.call_sync("stats")["ledger"]["drivers"] >= 50,
+        60,
+        "all 50 drivers of the first listing in the ledger",
+    )
     env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address)
     cli = [sys.executable, "-m", "driver_review", "status", "--instance", live.system.instance]
     as_json = subprocess.run([*cli, "--json"], env=env, capture_output=True, text=True, timeout=120)
