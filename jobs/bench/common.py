@@ -61,14 +61,14 @@ QUICK = Sizes(
     rate_limit=100.0,
     live_drivers=150,
     ping_rate=5.0,
-    ping_duration_s=8.0,
+    ping_duration_s=5.0,
     ingress_pings=400,
     ingress_concurrency=16,
     ingress_rounds=1,
     ledger_sizes=(50_000, 200_000),
     isolation_drivers=80,
     slow_delay_s=0.5,
-    ingress_duration_s=5.0,
+    ingress_duration_s=3.0,
 )
 FULL = Sizes(
     sweep_drivers=1000,

@@ -33,7 +33,7 @@ from jobs.bench.limiters import HaproxyLimiter, NginxLimiter, missing_binary
 RATE_PER_S = 60.0  # where nginx limit_req was first measured against the governor
 NGINX_BURST = 12  # 0.2 s at the rate, as the simulator's default bucket
 CALLS_PER_DRIVER = 6.0  # measured: 3,054 calls for 495 drivers (one sweep per shape)
-SWEEP_S = {False: 66.0, True: 11.0}  # full / quick: how long a sweep should last at the limit
+SWEEP_S = {False: 66.0, True: 6.0}  # full / quick: how long a sweep should last at the limit
 
 
 def _drivers(quick: bool) -> int:
