@@ -142,7 +142,7 @@ class StagePoolService:
             for n, s in zip(names, stats, strict=True)
             if not isinstance(s, BaseException) and n in self.workers
         }
-        for n, s in live.items():  # a worker Ray restarted elsewhere says where it is now
+        for n, s in live.items():  # where each is, as it says (Ray placed some itself)
             self.node_of[n] = s["node_id"]
         return live
 
