@@ -27,17 +27,23 @@ Policy, in order of authority:
    - *slow start*: every ``INTERVAL_S`` in which demand kept the permit schedule busy and no
      429 came, the rate doubles. The first 429 brackets the limit between the last two
      rates; the lower one is only a guess (a burst allowance can absorb one interval
-     over the limit), dropped if a second 429 comes before any rate held.
+     over the limit), dropped if a second 429 comes before any rate held. Without
+     Retry-After the rate falls back to that guess rather than bisecting: a 429 there
+     costs one request, and bisecting lands over the limit as often as not (HAProxy,
+     which counts what it refuses, then shuts for a second).
    - on a 429 (``"aimd"`` from then on), ``hi`` becomes the pace of the permits due just
      before it, or, if over the last second the server visibly served less than it
      was sent (``CLIPPED``, see :mod:`driver_review.meter`), what it served: the limit
-     showing through. (Sent is what it answered, not the permits leased: a client short
-     of work leaves permits unspent, and those say nothing about the limit. Workers report
-     successes with their next lease and 429s at once, so what was served reads low just
-     after a 429: a clipped bound can come out low, and the probe must find it again.) The new
-     rate bisects ``[lo, hi]`` (times ``SETTLE``: a multiplicative decrease in effect),
-     or, once the bracket is ``NARROW``, is ``SETTLE * hi``, just under the limit; with
-     no ``lo`` (or one refused before it held) it is ``DECREASE * hi``.
+     showing through. Without Retry-After that takes ``MIN_REFUSED`` 429s and never goes
+     below a rate that held: nginx without burst serves every other request sent at up
+     to twice its rate, HAProxy nothing while it remembers an overshoot. (Sent is what
+     it answered, not the permits leased: a client short of work leaves permits unspent,
+     and those say nothing about the limit. Workers report successes with their next
+     lease and 429s at once, so what was served reads low just after a 429: a clipped
+     bound can come out low, and the probe must find it again.) The new rate bisects
+     ``[lo, hi]`` (times ``SETTLE``: a multiplicative decrease in effect), or, once the
+     bracket is ``NARROW``, is ``SETTLE * hi``, just under the limit; with no ``lo`` (or
+     one refused before it held) it is ``DECREASE * hi``.
    - between 429s the rate *probes* up additively: ``PROBE_PER_S`` of ``hi`` per second, a
      pace that doubles every ``PROBE_DOUBLING_S`` without a 429. A good bracket keeps the
      rate just under the limit for long stretches (few 429s, each of which costs a whole
@@ -86,6 +92,9 @@ HOLDOFF_S = 0.5  # after a decrease ignore 429s this long (or to the end of its 
 # successes from before it are in, and the 429 is judged again on them.
 REPORTED_S = 0.5
 MIN_SAMPLES = 5  # fewer successes than this say nothing about the limit
+# ... nor, without Retry-After (a 429 then costs one request: wait for more), fewer 429s
+# than this that the server clipped what it was sent
+MIN_REFUSED = 3
 LEASE_HORIZON_S = 0.25  # a grant reaches no further ahead than this (beyond its first permit)
 HEADER_TTL_S = 30.0  # header mode lasts this long after the last RateLimit header
 HEADER_MARGIN = 0.98  # pace a little under the advertised rate: arrival jitter
@@ -549,10 +558,21 @@ class RateGovernor:
             # request, and there it fell on noise near the limit as often: real sweeps through
             # nginx without burst and HAProxy ran at 0.236 and 0.558 of the limit with it.
             self._lo = self._lo_before
-        if m and m.served >= MIN_SAMPLES and m.served_per_s < CLIPPED * m.answered_per_s:
+        if (
+            m
+            and m.served >= MIN_SAMPLES
+            and (paused or m.refused >= MIN_REFUSED)
+            and m.served_per_s < CLIPPED * m.answered_per_s
+        ):
             # The server visibly refused part of what it was sent: its limit showing through
             # (plus what a burst allowance let by: an upper bound, tight over a long window).
-            sent = min(sent, m.served_per_s)
+            clipped = m.served_per_s
+            if not paused and self._lo is not None and not self._lo_guessed:
+                # Not below a rate that held, though: nginx without burst serves only every
+                # other request sent up to twice its rate, HAProxy nothing while it remembers
+                # an overshoot. What they served while refusing is under their limit.
+                clipped = max(clipped, self._lo)
+            sent = min(sent, clipped)
         self._hi = sent
         if self._mode == "slow_start" and self._lo is None:
             # The rate before the last doubling went without a 429; but it lasted one
@@ -564,6 +584,8 @@ class RateGovernor:
             self._lo = None  # a 429 at a rate once safe: the limit dropped
         if self._lo is None:
             return DECREASE * sent
+        if self._mode == "slow_start" and not paused:
+            return SETTLE * self._lo
         if sent - self._lo <= NARROW * sent:
             if not self._held_since_429:
                 # Settled at ``lo`` and refused again before holding: ``lo`` was never safe

@@ -25,6 +25,7 @@ class Measure:
     served_per_s: float
     answered_per_s: float  # 429s included: the rate the server was sent, as it answered
     served: int  # how many answers the rates rest on
+    refused: int = 0  # how many of the answers were 429s
 
 
 class RateMeter:
@@ -87,4 +88,4 @@ class RateMeter:
             return None
         served = sum(1 for t in self._served if start <= t <= now)
         answered = sum(1 for t in self._answered if start <= t <= now)
-        return Measure(served / span_s, answered / span_s, served)
+        return Measure(served / span_s, answered / span_s, served, answered - served)

@@ -98,8 +98,9 @@ def test_only_one_decrease_per_burst_of_429s() -> None:
     for i in range(1, 5):
         gov.on_429(None, 1.0 + i * 0.01)
     assert gov.stats()["decreases"] == 1 and gov.stats()["429s"] == 5
-    # Out of slow start the limit is bracketed by the last two rates: bisect.
-    assert after_first == gov.rate == pytest.approx(gv.SETTLE * (20 + 40) / 2)
+    # Out of slow start the limit is bracketed by the last two rates; without Retry-After
+    # the rate falls back to the lower one.
+    assert after_first == gov.rate == pytest.approx(gv.SETTLE * 20)
     # Five 429s without Retry-After and no success: an echo, so a pause (and 429s still
     # coming back during it are for requests sent before it). A later one is news again.
     assert gov.stats()["echo_pauses"] == 1
