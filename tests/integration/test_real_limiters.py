@@ -12,6 +12,7 @@ import pytest
 
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions, run_sweep
+from jobs.bench import paced
 from jobs.bench.limiters import HaproxyLimiter, NginxLimiter, missing_binary
 from tests.support.configs import sweep_config
 from tests.support.truth import off_truth
@@ -68,3 +69,25 @@ def test_sweep_through_haproxy_stick_table(sim_factory, tmp_path) -> None:
     # requests it denies, so an overshoot echoes (the governor pauses for it) and a bound
     # judged on it can come out low.
     _sweep_through(HaproxyLimiter(sim.url, rate=RATE), sim, tmp_path, min_utilization=0.2)
+
+
+@pytest.mark.timeout(90)
+def test_a_paced_client_finds_how_close_nginx_without_burst_lets_it_come(sim_factory) -> None:
+    """The benchmark's reference beside each shape: one asyncio process sending on a fixed
+    schedule at a share of the limit it is told. nginx without ``burst=`` refuses a request
+    closer than ceil(1000/R) ms to the last (17 ms at 60 r/s, 58.8/s at most), so at 0.98
+    any lateness refuses more than 1%; some lower share passes. With a burst, 0.98 passes."""
+    if why := missing_binary("nginx"):
+        pytest.skip(why)
+    sim = sim_factory(SimSettings(drivers=20, seed=13, latency_ms=5))
+    with NginxLimiter(sim.url, rate=60) as leaky:
+        out = paced.measure(leaky.url, 60.0, step_s=2.0)
+    print(out)
+    first = out["steps"][0]
+    assert first["fraction"] == 0.98 and first["calls"] >= 100
+    assert first["rate_limited_share"] > paced.MAX_SHARE_429
+    assert out["utilization_ratio"] is not None and out["utilization_ratio"] < 0.98
+    with NginxLimiter(sim.url, rate=60, burst=12) as burst:
+        out = paced.measure(burst.url, 60.0, step_s=2.0)
+    assert [s["fraction"] for s in out["steps"]] == [0.98]
+    assert out["utilization_ratio"] == pytest.approx(0.98, abs=0.01)

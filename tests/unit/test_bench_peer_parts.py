@@ -8,6 +8,7 @@ import asyncio
 import math
 import os
 import random
+import subprocess
 import sys
 import time
 
@@ -22,6 +23,7 @@ from jobs.bench.cubic import (
     TokenBucket,
     standard_delay_s,
 )
+from jobs.bench.paced import best
 from jobs.bench.peer_review import jittered_delay_s
 from jobs.bench.peer_scoring import peer_error, peer_targets, pick_best, run_error
 
@@ -249,3 +251,35 @@ def test_tree_cpu_sees_this_process_spend_cpu() -> None:
         pass
     after = tree_cpu_s([os.getpid()])
     assert after[os.getpid()] - before[os.getpid()] >= 0.2
+
+
+def _step(rate: float, calls: int, refused: int, errors: int = 0) -> dict:
+    return {
+        "rate_per_s": rate,
+        "calls": calls,
+        "rate_limited_calls": refused,
+        "rate_limited_share": refused / calls if calls else None,
+        "transport_errors": errors,
+    }
+
+
+def test_the_paced_reference_is_the_fastest_step_within_one_percent_of_429s() -> None:
+    steps = [_step(58.8, 117, 30), _step(57.0, 114, 2), _step(54.0, 108, 1)]
+    # 57/s refused 1.75%: too many; 54/s refused 0.93%, served 53.5/s of 60.
+    assert best(steps, 60.0) == pytest.approx(54.0 * (1 - 1 / 108) / 60.0)
+    assert best([_step(58.8, 117, 0)], 60.0) == pytest.approx(0.98)
+    # A step with transport errors, or none within 1%, is no reference.
+    assert best([_step(58.8, 117, 0, errors=3)], 60.0) is None
+    assert best([_step(30.0, 60, 6)], 60.0) is None
+    assert best([], 60.0) is None
+
+
+def test_the_paced_client_refuses_a_bad_limit_in_one_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.bench.paced", "http://127.0.0.1:9", "--limit", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and "--limit and --step-s must be > 0" in done.stderr
