@@ -6,7 +6,9 @@ sliding windows.
 
 Figures per shape: useful calls/s ÷ the limit (useful = not 429) over the active time (the
 first review call to the last call), and the 429 share, counted where the limit is applied
-(the proxy's own log, or the simulator's). Targets: >= 0.95 and <= 1%.
+(the proxy's own log, or the simulator's). Targets: >= 0.95 and <= 1%. Beside each, once
+its sweep is done, what a paced client told the limit gets from the same limiter at <= 1%
+429s (:mod:`jobs.bench.paced`): what the shape allows a client on this machine.
 """
 
 from __future__ import annotations

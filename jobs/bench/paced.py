@@ -90,26 +90,24 @@ async def ladder(url: str, limit: float, step_s: float) -> dict[str, Any]:
 def measure(url: str, limit: float, step_s: float, timeout_s: float = 120.0) -> dict[str, Any]:
     """:func:`ladder` in a child process; its one-line error if it failed."""
     started = time.monotonic()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jobs.bench.paced",
-            url,
-            "--limit",
-            str(limit),
-            "--step-s",
-            str(step_s),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    command = [sys.executable, "-m", "jobs.bench.paced", url, "--limit", str(limit)]
+    try:
+        done = subprocess.run(
+            [*command, "--step-s", str(step_s)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"paced client: no answer in {timeout_s:g} s"}
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": f"paced client exited {done.returncode}: {tail}"[:300]}
-    out: dict[str, Any] = json.loads(done.stdout)
+    try:
+        out: dict[str, Any] = json.loads(done.stdout)
+    except ValueError:
+        return {"error": f"paced client: not JSON: {done.stdout[:100]!r}"}
     out["wall_s"] = time.monotonic() - started
     return out
 
