@@ -7,7 +7,8 @@ and takes one command a line on stdin, answering one JSON line each on stdout:
 - ``kill NAME`` (or ``kill PREFIX*``: the first live actor whose name starts so):
   ``ray.kill(..., no_restart=False)`` — Ray restarts it — then waits until a new process
   answers for the actor (``stats`` too): ``{"killed": NAME, "back_s": s}``, or
-  ``{"missing": NAME}``, or ``"back_s": null`` when none did within ``BACK_TIMEOUT_S``.
+  ``{"missing": NAME}``, or ``"back_s": null`` when none did within ``BACK_TIMEOUT_S``
+  (at once, with ``"gone": true``, when the name is released: retired for good meanwhile).
 - ``quit``.
 """
 
@@ -57,9 +58,21 @@ def kill(pattern: str) -> dict[str, Any]:
                 ray.get(handle.stats.remote(), timeout=5)
                 return {"killed": name, "back_s": round(time.monotonic() - killed, 2)}
         except (RayActorError, GetTimeoutError):
-            pass
+            if _gone(name):
+                # Retired by its owner meanwhile (a pool kills an idle worker for good):
+                # it never comes back, and waiting the whole timeout starves the next kill.
+                return {"killed": name, "back_s": None, "gone": True}
         time.sleep(0.1)
     return {"killed": name, "back_s": None}
+
+
+def _gone(name: str) -> bool:
+    """No actor holds ``name`` any more: dead for good, not restarting."""
+    try:
+        ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return True
+    return False
 
 
 def _pid(handle: Any) -> int:
