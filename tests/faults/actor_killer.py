@@ -24,6 +24,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from driver_review.runtime.names import NAMESPACE
+from tests.support.actors import actor_exists, named_actor
 
 BACK_TIMEOUT_S = 90.0
 
@@ -41,10 +42,7 @@ def _resolve(pattern: str) -> str | None:
 
 def kill(pattern: str) -> dict[str, Any]:
     name = _resolve(pattern)
-    try:
-        handle = ray.get_actor(name, namespace=NAMESPACE) if name else None
-    except ValueError:
-        handle = None
+    handle = named_actor(name) if name else None
     if handle is None:
         return {"missing": pattern}
     pid = _pid(handle)
@@ -58,21 +56,12 @@ def kill(pattern: str) -> dict[str, Any]:
                 ray.get(handle.stats.remote(), timeout=5)
                 return {"killed": name, "back_s": round(time.monotonic() - killed, 2)}
         except (RayActorError, GetTimeoutError):
-            if _gone(name):
+            if not actor_exists(name):
                 # Retired by its owner meanwhile (a pool kills an idle worker for good):
                 # it never comes back, and waiting the whole timeout starves the next kill.
                 return {"killed": name, "back_s": None, "gone": True}
         time.sleep(0.1)
     return {"killed": name, "back_s": None}
-
-
-def _gone(name: str) -> bool:
-    """No actor holds ``name`` any more: dead for good, not restarting."""
-    try:
-        ray.get_actor(name, namespace=NAMESPACE)
-    except ValueError:
-        return True
-    return False
 
 
 def _pid(handle: Any) -> int:

@@ -17,10 +17,11 @@ from driver_review.config import PipelineConfig
 from driver_review.errors import ConfigError
 from driver_review.ledger import Change, Ledger, Status
 from driver_review.runtime import actors
-from driver_review.runtime.names import NAMESPACE, ActorRef, actor_name
+from driver_review.runtime.names import ActorRef, actor_name
 from driver_review.runtime.system import start_system, stop_system
 from driver_review.snapshot import SnapshotStore
 from driver_review.stage_names import StagesRemoved
+from tests.support.actors import actor_exists
 from tests.support.configs import config_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
@@ -54,14 +55,6 @@ def _manifests(data_dir: str, instance: str) -> int:
     return len(SnapshotStore(data_dir, instance)._manifests())
 
 
-def _exists(name: str) -> bool:
-    try:
-        ray.get_actor(name, namespace=NAMESPACE)
-    except ValueError:
-        return False
-    return True
-
-
 @pytest.mark.timeout(120)
 def test_a_removed_stage_refuses_the_start_and_never_restarts(sim_factory, tmp_path) -> None:
     sim = sim_factory(drivers=10, seed=3)
@@ -82,7 +75,7 @@ def test_a_removed_stage_refuses_the_start_and_never_restarts(sim_factory, tmp_p
     )
     # Refused before any actor existed: nothing for Ray to restart.
     for role in ("orchestrator", "governor", "cache", "poller"):
-        assert not _exists(actor_name(instance, role)), role
+        assert not actor_exists(actor_name(instance, role)), role
 
     # An orchestrator that meets the snapshot anyway (created elsewhere, or restarted with
     # a changed pipeline) refuses work in the same words, stays up, and writes nothing.

@@ -1,0 +1,22 @@
+"""Named actors of the Ray this process is connected to, as a test sees them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from driver_review.runtime.names import NAMESPACE
+
+
+def named_actor(name: str) -> Any | None:
+    """The handle of the actor holding ``name`` (alive or restarting), or ``None``: the
+    name was never taken, or its actor is dead for good and the name released."""
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+def actor_exists(name: str) -> bool:
+    return named_actor(name) is not None
