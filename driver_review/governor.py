@@ -34,10 +34,9 @@ Policy, in order of authority:
    - on a 429 (``"aimd"`` from then on), ``hi`` becomes the pace of the permits due just
      before it, or, if over the last second the server visibly served less than it
      was sent (``CLIPPED``, see :mod:`driver_review.meter`), what it served: the limit
-     showing through. Without Retry-After that takes ``MIN_REFUSED`` 429s; either way it
-     never goes below a rate that held: nginx without burst serves every other request
-     sent at up to twice its rate, HAProxy nothing while it remembers an overshoot, and
-     with Retry-After five answers and one 429 read as clipped. (Sent is what
+     showing through. Without Retry-After that takes ``MIN_REFUSED`` 429s and never goes
+     below a rate that held: nginx without burst serves every other request sent at up
+     to twice its rate, HAProxy nothing while it remembers an overshoot. (Sent is what
      it answered, not the permits leased: a client short of work leaves permits unspent,
      and those say nothing about the limit. Workers report successes with their next
      lease and 429s at once, so what was served reads low just after a 429: a clipped
@@ -568,13 +567,10 @@ class RateGovernor:
             # The server visibly refused part of what it was sent: its limit showing through
             # (plus what a burst allowance let by: an upper bound, tight over a long window).
             clipped = m.served_per_s
-            if self._lo is not None and not self._lo_guessed:
+            if not paused and self._lo is not None and not self._lo_guessed:
                 # Not below a rate that held, though: nginx without burst serves only every
                 # other request sent up to twice its rate, HAProxy nothing while it remembers
-                # an overshoot. What they served while refusing is under their limit. With
-                # Retry-After the one 429 is all there is, so a few answers read as clipped
-                # (five served and one refused is under 0.9); on a busy machine a client
-                # short of CPU sends that few, and the bound fell to 0.4 of a 15/s limit.
+                # an overshoot. What they served while refusing is under their limit.
                 clipped = max(clipped, self._lo)
             sent = min(sent, clipped)
         self._hi = sent

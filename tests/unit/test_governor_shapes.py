@@ -153,30 +153,6 @@ def test_what_nginx_without_burst_serves_while_refusing_is_no_bound_below_a_held
     assert run.served_rate(0, DURATION_S) >= 0.9 * 10
 
 
-def test_a_429_with_retry_after_among_a_few_answers_is_no_bound_below_a_held_rate() -> None:
-    """A client short of CPU sends five requests in a second at a rate that held, and the
-    sixth draws a 429 with Retry-After: five served and one refused reads as the limit
-    showing through at 5/s. It is no bound below a rate that held (a check service at 15/s
-    settled at 6/s for a minute with it, on a busy machine)."""
-    gov = RateGovernor(GovernorConfig(initial_rate=12))
-    gov.on_429(1.0, 0.0)  # slow start's overshoot: bisect, then hold there
-    first = gov.rate
-    t = 1.0
-    while t < 6.0:  # saturating demand, every answer heard at once
-        grant = gov.lease(1, t)
-        if not grant.delays_s:
-            t += max(grant.retry_in_s, 0.001)
-            continue
-        t += grant.delays_s[0]
-        gov.observe(200, {}, t + 0.01)
-    assert gov.stats()["safe_rate"] > first  # held, and bisected up from it
-    for i in range(5):
-        gov.lease(1, t + i * 0.2)
-        gov.observe(200, {}, t + i * 0.2 + 0.01)
-    gov.on_429(1.0, t + 1.0)
-    assert gov.stats()["limit_estimate"] >= first  # before: 6.0 (5 served in a second)
-
-
 @pytest.mark.parametrize("name", ["leaky-burst", "leaky-delay", "leaky"])
 def test_a_limiter_that_serves_its_limit_through_an_overshoot_is_no_echo(name: str) -> None:
     """nginx serves its rate while refusing the rest: no echo pause there."""
