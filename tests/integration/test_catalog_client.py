@@ -273,10 +273,11 @@ def test_under_faults_every_call_answers_truly_or_raises_a_catalog_error(sim_fac
     assert outcomes["answered"] >= len(expected) - 2  # six attempts make failures rare
     # Each PUT counted once, plus once more per answer lost after processing and retried.
     assert len(decided) >= 30
-    assert stats["decisions"] == len(decided) + stats["duplicate_decisions"]
+    # (A driver whose every retry failed may still have been decided by the catalog.)
+    first_puts = stats["decisions"] - stats["duplicate_decisions"]
+    assert len(decided) <= first_puts <= len(decided) + outcomes["catalog_error"]
     # Every duplicate is the retry of a PUT whose answer was lost after processing; the
     # client sees one per driver, the last of its retries: a retry whose own answer was
     # lost is a duplicate only the catalog counted (a full run drew 4 against 3 seen).
     lost = stats["faults"].get("lost_response", 0)
     assert sum(decided) <= stats["duplicate_decisions"] <= lost
-    assert (sum(decided) > 0) == (stats["duplicate_decisions"] > 0)
