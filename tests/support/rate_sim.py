@@ -50,6 +50,21 @@ class Server(Protocol):
         """``(status, headers)`` or ``(status, headers, delay_s)`` for a request at ``t``."""
 
 
+class GlitchServer:
+    """``inner``, except that the first request at or after ``at`` is refused with
+    ``Retry-After: 1`` whatever the limit: a moment's hiccup at the vendor, or what a
+    client's stall looks like (the requests it held back arrive as one burst)."""
+
+    def __init__(self, inner: Server, at: float) -> None:
+        self.inner, self.at, self.glitched = inner, at, False
+
+    def handle(self, t: float) -> tuple[Any, ...]:
+        if not self.glitched and t >= self.at:
+            self.glitched = True
+            return 429, {"Retry-After": "1"}
+        return self.inner.handle(t)
+
+
 @dataclass
 class Run:
     gov: RateGovernor

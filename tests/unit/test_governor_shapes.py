@@ -12,7 +12,7 @@ import pytest
 from driver_review import governor as gv
 from driver_review.config import GovernorConfig
 from driver_review.governor import RateGovernor
-from tests.support.rate_sim import ShapeServer, simulate
+from tests.support.rate_sim import GlitchServer, ShapeServer, TokenBucketServer, simulate
 
 DURATION_S = 60.0
 LATENCY_S = 0.02
@@ -181,3 +181,43 @@ def test_successes_heard_a_lease_late_from_several_processes(name: str, retry_af
     )
     assert run.served_rate(0, DURATION_S) >= 0.85 * 60
     assert run.share_429(0, DURATION_S) <= 0.02
+
+
+#: (limit, burst, glitch at s) -> utilization over [10 s, 60 s] today, below 0.9.
+GLITCHED = {
+    (15, 3, 1.0): "0.296",
+    (15, 3, 2.0): "0.793",
+    (100, 20, 1.0): "0.044",
+    (100, 20, 2.0): "0.354",
+}
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst", "at"),
+    [
+        pytest.param(
+            *case,
+            marks=pytest.mark.xfail(strict=True, reason=f"today {today}"),
+            id=f"{case[0]}-at-{case[2]:g}s",
+        )
+        for case, today in GLITCHED.items()
+    ],
+)
+def test_one_glitch_in_slow_start_is_left_within_seconds(
+    rate: float, burst: int, at: float
+) -> None:
+    """One 429 early in slow start that says nothing of the limit (a vendor's hiccup; in
+    full suite runs on a loaded machine, a client's stall sending its held-back requests
+    as one burst: 17.7/s learnt of 100, 6/s settled of 15) sets a bound far under it, and
+    the probe takes a minute and a half to leave it. Target: 0.9 of the limit from 10 s.
+
+    Tried: stepping over a bound no 429 has met again after each hold (5%, then 10%, ...,
+    then slow start): 0.80-0.89 here, but one more crossing of a true limit per run cost
+    the cold grid above 0.009 of the limit on average (0.909 to 0.900), and three more
+    shapes fell under target: left for a test that tells a glitch from a limit."""
+    run = simulate(
+        GlitchServer(TokenBucketServer(rate, burst), at), duration_s=60.0, latency_s=LATENCY_S
+    )
+    utilization = run.served_rate(10, 60) / rate
+    print(f"{rate}/s, glitch at {at}s: utilization from 10 s {utilization:.3f}")
+    assert utilization >= 0.9
