@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -167,6 +166,10 @@ def read_dataset(data_dir: str, subdir: str, schema: pa.Schema) -> pa.Table:
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
         return schema.empty_table()
+    # Imported here: pyarrow.dataset brings pandas (half a second), and every actor
+    # imports this module to write results, while only readers need it.
+    import pyarrow.dataset as ds
+
     dataset = ds.dataset(
         path,
         filesystem=fs,
