@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -106,8 +107,9 @@ def start_admin(
     ingress_app: str | None,
     token: RedactedSecret | None,
     results_dir: str | None = None,
-) -> str:
-    """Start the admin actor of ``instance`` on this node; returns its base URL."""
+) -> Callable[[], str]:
+    """Create the admin actor of ``instance`` on this node and return at once: the
+    function returned waits until it listens and gives its base URL."""
     if port:  # fail here, in one line, rather than in an actor's creation task
         bind(host, port).close()
     args = AdminArgs(instance=instance, ingress_app=ingress_app, results_dir=results_dir)
@@ -125,9 +127,13 @@ def start_admin(
         .remote(config, args, host, port, token)
     )
     _started[instance] = handle
-    # Without retries, as on any actor just created: one that cannot listen fails at once.
-    bound_host, bound_port = AdminClient(instance, handle=handle, timeout_s=0).address_sync()
-    return _url(bound_host, bound_port)
+
+    def listening() -> str:
+        # Without retries, as on any actor just created: one that cannot listen fails at once.
+        bound_host, bound_port = AdminClient(instance, handle=handle, timeout_s=0).address_sync()
+        return _url(bound_host, bound_port)
+
+    return listening
 
 
 def admin_url(instance: str) -> str:
@@ -137,12 +143,15 @@ def admin_url(instance: str) -> str:
 
 
 def stop_admin(instance: str) -> None:
-    _started.pop(instance, None)
-    admin = AdminClient(instance, timeout_s=STOP_TIMEOUT_S)
+    # The handle this process holds is let go only at the end: it may be the last one, and
+    # Ray destroys an actor nobody holds, so dropping it first left the stop to look the
+    # admin up by name for the whole STOP_TIMEOUT_S (every service stop took 5 s more).
+    admin = AdminClient(instance, timeout_s=STOP_TIMEOUT_S, handle=_started.get(instance))
     with contextlib.suppress(Exception):
         admin.stop_sync()
     with contextlib.suppress(ValueError):
         ray.kill(ray.get_actor(admin.name, namespace=NAMESPACE), no_restart=True)
+    _started.pop(instance, None)
 
 
 def _url(host: Any, port: int) -> str:

@@ -67,11 +67,59 @@ def start_system(
     autoscale: bool = True,
     poll: bool = False,
     poll_interval_s: float | None = None,
-    start_poller_now: bool = True,
 ) -> System:
     """Create (or join, by name) every actor of ``instance`` and start the pools; with
-    ``poll``, also the delta poller (the always-on service) — unless ``start_poller_now``
-    is false, when the caller starts it with :func:`start_poller` once pings can arrive."""
+    ``poll``, also the delta poller (the always-on service, whose ingress starts it with
+    :func:`start_poller` once pings can arrive: see ``serve_app.service``)."""
+    system = begin_system(
+        config,
+        instance=instance,
+        data_dir=data_dir,
+        outer_loop=outer_loop,
+        autoscale=autoscale,
+        poll=poll,
+    ).wait()
+    if poll:
+        start_poller(config, instance, poll_interval_s)
+    return system
+
+
+@dataclass
+class Starting:
+    """An instance whose actors are being created: :meth:`wait` returns its
+    :class:`System` once the orchestrator answers and every pool has its workers."""
+
+    config: PipelineConfig
+    instance: str
+    data_dir: str
+    orchestrator: Any
+    pools: list[StagePoolClient]
+
+    def wait(self) -> System:
+        # On the handles just created, without retries: an actor that cannot start fails
+        # the start at once, with Ray's error, rather than after a minute of lookups.
+        OrchestratorClient(self.instance, handle=self.orchestrator, timeout_s=0).ping_sync()
+        # Every pool began starting its workers as it was created, so starting them one
+        # after another here waits about as long as the slowest one.
+        for pool in self.pools:
+            pool.start_sync()
+        return System.attach(self.config, self.instance, self.data_dir)
+
+
+def begin_system(
+    config: PipelineConfig,
+    *,
+    instance: str,
+    data_dir: str,
+    outer_loop: bool = True,
+    autoscale: bool = True,
+    poll: bool = False,
+) -> Starting:
+    """Check what a start needs (credentials; with ``poll``, the snapshot's stages), then
+    create every actor but the poller and return without waiting for any: the caller may
+    start something else meanwhile (the service starts Serve), since each actor process
+    spends a second or two importing before it answers. Refusals raise here, before any
+    actor exists."""
     config.check_environment()  # a missing credential fails here, not in every actor
     if poll:
         check_snapshot_stages(config, instance, data_dir)
@@ -86,11 +134,6 @@ def start_system(
         results_dir=data_dir,
     )
     actors.cache(config, instance)
-    # On the handles just created, without retries: an actor that cannot start fails the
-    # start at once, with Ray's error, rather than after a minute of lookups.
-    OrchestratorClient(instance, handle=orchestrator, timeout_s=0).ping_sync()
-    # Every pool begins starting its workers as it is created, so starting them one after
-    # another here waits about as long as the slowest one.
     pools = [
         StagePoolClient(
             instance,
@@ -100,11 +143,7 @@ def start_system(
         )
         for s in config.stage_names
     ]
-    for pool in pools:
-        pool.start_sync()
-    if poll and start_poller_now:
-        start_poller(config, instance, poll_interval_s)
-    return System.attach(config, instance, data_dir)
+    return Starting(config, instance, data_dir, orchestrator, pools)
 
 
 def start_poller(
