@@ -21,47 +21,26 @@ Policy, in order of authority:
    Without a policy, ``r / t`` paces (see :meth:`~driver_review.retry.RateLimitInfo.plan`).
    After ``HEADER_TTL_S`` without headers the advertised rate becomes the discovery
    estimate below.
-3. **Discovery** otherwise. The limit is bracketed: ``lo`` is a rate held busy for
-   ``HOLD_S`` without a 429, ``hi`` the rate that last drew one.
+3. **Discovery** otherwise (:mod:`driver_review.discovery`). *Slow start* doubles the rate
+   every ``INTERVAL_S`` in which demand kept the permit schedule busy and no 429 came.
+   Every 429 that is news is then read against what the server served before it (the
+   :class:`~driver_review.meter.RateMeter`), and the rate set from that reading climbs
+   or probes between 429s as the discovery module says.
 
-   - *slow start*: every ``INTERVAL_S`` in which demand kept the permit schedule busy and no
-     429 came, the rate doubles. The first 429 brackets the limit between the last two
-     rates; the lower one is only a guess (a burst allowance can absorb one interval
-     over the limit), dropped if a second 429 comes before any rate held. Without
-     Retry-After the rate falls back to that guess rather than bisecting: a 429 there
-     costs one request, and bisecting lands over the limit as often as not (HAProxy,
-     which counts what it refuses, then shuts for a second).
-   - on a 429 (``"aimd"`` from then on), ``hi`` becomes the pace of the permits due just
-     before it, or, if over the last second the server visibly served less than it
-     was sent (``CLIPPED``, see :mod:`driver_review.meter`), what it served: the limit
-     showing through. Without Retry-After that takes ``MIN_REFUSED`` 429s and never goes
-     below a rate that held: nginx without burst serves every other request sent at up
-     to twice its rate, HAProxy nothing while it remembers an overshoot. (Sent is what
-     it answered, not the permits leased: a client short of work leaves permits unspent,
-     and those say nothing about the limit. Workers report successes with their next
-     lease and 429s at once, so what was served reads low just after a 429: a clipped
-     bound can come out low, and the probe must find it again.) The new rate bisects
-     ``[lo, hi]`` (times ``SETTLE``: a multiplicative decrease in effect), or, once the
-     bracket is ``NARROW``, is ``SETTLE * hi``, just under the limit; with no ``lo`` (or
-     one refused before it held) it is ``DECREASE * hi``.
-   - between 429s the rate *probes* up additively: ``PROBE_PER_S`` of ``hi`` per second, a
-     pace that doubles every ``PROBE_DOUBLING_S`` without a 429. A good bracket keeps the
-     rate just under the limit for long stretches (few 429s, each of which costs a whole
-     Retry-After pause); a ``WIDE`` one is bisected upwards after each hold, and so is any
-     wider than ``NARROW`` when the last 429 had no Retry-After (nginx ``limit_req``,
-     HAProxy: a 429 then costs one request, not a pause, so the bracket closes sooner).
-   - ``REPROBE * hi`` reached without a 429 means the limit rose: slow start again.
-
-   Only one decrease per ``HOLDOFF_S`` (or per pause): 429s for requests sent before a
-   decrease say nothing new. But 429s without Retry-After that still outnumber successes
-   ``ECHO_RATIO`` to one in that holdoff are an *echo*: a limiter that counts refused
-   requests too (HAProxy) stays over its limit while they go on, so the governor pauses
-   ``ECHO_PAUSE_S`` for its window to forget them. Rates stay within ``min_rate`` and
-   ``max_rate`` of the config.
+Only one decision per ``HOLDOFF_S`` (or per pause): 429s for requests sent before it say
+nothing new. Workers report successes with their next lease and 429s at once, so each
+decision is read again ``REPORTED_S`` later, once the successes from before its 429 are
+in. 429s without Retry-After that still outnumber successes ``ECHO_RATIO`` to one during a
+holdoff are an *echo*: a limiter that counts refused requests too (HAProxy) stays over its
+limit while they go on, so the governor pauses ``ECHO_PAUSE_S`` for its window to forget
+them, reads the limit again, and takes its 429s as costly from then on. A small step back
+(a cheap 429) leaves the permits already out alone; a larger one, or a pause, voids them.
+Rates stay within ``min_rate`` and ``max_rate`` of the config.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import deque
@@ -69,32 +48,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from driver_review import discovery
 from driver_review.config import GovernorConfig
-from driver_review.meter import Measure, RateMeter
+from driver_review.discovery import SETTLE, Discovery, Moment, Reading
+from driver_review.meter import WINDOW_S, RateMeter
 from driver_review.retry import RateLimitInfo, parse_ratelimit, parse_retry_after
 
 State = Literal["slow_start", "aimd", "header", "paused"]
 
-INTERVAL_S = 0.5  # how often the rate is reconsidered (slow start doubles per interval)
+INTERVAL_S = 0.125  # how often the rate is reconsidered (slow start doubles per interval)
 BUSY_FRACTION = 0.8  # demand "saturates" when the schedule was busy this share of the time
 KEPT_UP = 0.5  # ... and answers came at least at this share of the rate (lagging by latency)
-DECREASE = 0.85  # multiplicative decrease on a 429 when nothing better is known
-SETTLE = 0.98  # settle at this share of a limit the server showed us
-CLIPPED = 0.9  # served below this share of what was sent shows where the limit is
-NARROW = 0.05  # bounds closer than this share of ``hi`` are done bisecting (down) ...
-WIDE = 0.15  # ... and bounds wider than this share are bisected upwards after a hold
-HOLD_S = 2.0  # busy this long at a rate without a 429: the rate is safe
-PROBE_PER_S = 0.0002  # above it, grow by this share of the estimate per second ...
-PROBE_DOUBLING_S = 16.0  # ... a pace that doubles every this long without a 429
-REPROBE = 1.15  # this far above the estimate without a 429: the limit rose
-HOLDOFF_S = 0.5  # after a decrease ignore 429s this long (or to the end of its pause)
+HOLDOFF_S = 0.5  # after a decision ignore 429s this long (or to the end of its pause)
 # Workers report successes with their next lease, 429s at once: this long after a 429, the
-# successes from before it are in, and the 429 is judged again on them.
+# successes from before it are in, and the decision is made again on them.
 REPORTED_S = 0.5
-MIN_SAMPLES = 5  # fewer successes than this say nothing about the limit
-# ... nor, without Retry-After (a 429 then costs one request: wait for more), fewer 429s
-# than this that the server clipped what it was sent
-MIN_REFUSED = 3
+SMALL_STEP = 0.06  # a step back no larger than this share leaves the permits out alone
 LEASE_HORIZON_S = 0.25  # a grant reaches no further ahead than this (beyond its first permit)
 HEADER_TTL_S = 30.0  # header mode lasts this long after the last RateLimit header
 HEADER_MARGIN = 0.98  # pace a little under the advertised rate: arrival jitter
@@ -103,7 +72,7 @@ HEADER_RECOVER_PER_S = 0.002
 LONG_WINDOW_S = 60.0  # a RateLimit window longer than this is a quota (a budget), not a rate
 BUSY_SPANS = 1000  # spans of saturated demand kept (merged when contiguous)
 # An echo: 429s without Retry-After still outnumber successes this many to one during the
-# holdoff after a decrease, and are at least ECHO_MIN and this share of the permits the
+# holdoff after a decision, and are at least ECHO_MIN and this share of the permits the
 # holdoff held ... then pause this long, so a limiter that counts refused requests forgets.
 ECHO_RATIO = 3.0
 ECHO_MIN = 3
@@ -152,22 +121,9 @@ class RateGovernor:
         self._wall_clock = wall_clock  # only to read HTTP-date Retry-After values
         self._rate = self._clamp(self.config.initial_rate)
         self._mode: State = "slow_start"
-        # The limit lies between ``lo`` (held without 429s) and ``hi`` (drew a 429).
-        self._lo: float | None = None
-        self._hi: float | None = None
-        self._held_s = 0.0  # busy time without a 429 since the rate was ``_hold_rate``
-        self._hold_rate = self._rate
-        self._held_since_429 = True
-        self._lo_guessed = False  # ``lo`` came from slow start and no rate has held since
-        # When ``lo`` last rose by a hold, and what it was before: a 429 soon after says a
-        # burst allowance, not the limit, carried the rate through that hold.
-        self._lo_raised_at = -math.inf
-        self._lo_before: float | None = None
-        self._decreased_at = -math.inf
-        # 429s and successes since the last decrease, while its holdoff lasts (echo test).
-        self._echo_429s = self._holdoff_ok = 0
-        self._echoed = False
-        self._bisect_above = WIDE  # bisect upwards after a hold while hi - lo > this * hi
+        self._search = Discovery()
+        self._moment: Moment | None = None  # the last decision's 429, to read again
+        self._429s_at_decision = 0  # the count of 429s when the last decision was made
         self._epoch = 0
         self._next_slot = -math.inf
         self._paused_until = -math.inf
@@ -175,15 +131,18 @@ class RateGovernor:
         self._pause_reason: str | None = None
         self._pause_quota: tuple[str, float | None] | None = None  # (name, window_s)
         self._last_now = 0.0
+        self._origin: float | None = None  # the first reading of the clock
         # Rate reconsideration interval and how busy the schedule was in it.
         self._interval_start: float | None = None
         self._idle_s = 0.0
         self._idle_mark = -math.inf
-        self._last_decrease_until = -math.inf
         self._saw_429_in_interval = False
         self._answered = 0  # responses observed in this interval
+        self._holdoff_until = -math.inf
+        # 429s and successes since the last decision, while its holdoff lasts (echo test).
+        self._echo_429s = self._holdoff_ok = 0
+        self._echoed = False
         self._meter = RateMeter(lag_s=LEASE_HORIZON_S, keep_s=REPORTED_S)
-        self._rejudge: _Rejudge | None = None  # the last decrease, to judge again
         self._header_rate: float | None = None
         self._header_seen_at = -math.inf
         self._header_margin = HEADER_MARGIN
@@ -277,7 +236,7 @@ class RateGovernor:
         else:
             self._n["ok"] += 1
             self._meter.answered(now, ok=True)
-            if now < self._last_decrease_until:
+            if now < self._holdoff_until:
                 self._holdoff_ok += 1
         if info is not None:
             self._use_headers(info, now)
@@ -289,40 +248,46 @@ class RateGovernor:
         self._n["429s"] += 1
         self._meter.answered(now, ok=False)
         self._saw_429_in_interval = True
-        # Measured before the pause below moves the window.
-        measure_from = self._paused_until
-        measured = self._meter.measure(now, not_before=measure_from)
         pace = self._meter.pace(now, self._rate)
-        if retry_after_s is not None and retry_after_s > 0:
-            self._pause(now + retry_after_s, "429 Retry-After")
-        # A 429 that pauses costs a whole Retry-After: bisect up only from far below. One
-        # without (nginx, HAProxy) costs one request: close the bracket sooner.
-        self._bisect_above = WIDE if retry_after_s else NARROW
-        if now < self._last_decrease_until:
-            if not retry_after_s:
+        paused = retry_after_s is not None and retry_after_s > 0
+        if paused:
+            self._pause(now + retry_after_s, "429 Retry-After")  # type: ignore[operator]
+        if now < self._holdoff_until:
+            if not paused:
                 self._echo_429s += 1
                 self._pause_on_echo(now)
             return self._epoch
         self._echo_429s, self._holdoff_ok, self._echoed = 0, 0, False
+        self._n["decreases"] += 1
+        self._holdoff_until = max(now + HOLDOFF_S, self._paused_until)
         if header_mode or self._mode == "header":
             # The server's own numbers were too generous for our arrival pattern.
             self._header_margin = max(HEADER_MARGIN_MIN, self._header_margin * 0.9)
             if self._header_rate is not None:
                 self._rate = self._clamp(self._header_rate * self._header_margin)
-        else:
-            before = _Bounds(self._lo, self._hi, self._lo_guessed, self._held_since_429, self._mode)
-            self._rate = self._clamp(self._after_429(measured, pace, now, bool(retry_after_s)))
-            decreases = self._n["decreases"] + 1
-            self._rejudge = _Rejudge(
-                now, measure_from, pace, before, self._rate, decreases, bool(retry_after_s)
-            )
-            self._held_since_429 = False
-            self._mode = "aimd"
-            self._held_s, self._hold_rate = 0.0, self._rate
-            self._decreased_at = max(now, self._paused_until)
-        self._n["decreases"] += 1
-        self._last_decrease_until = max(now + HOLDOFF_S, self._paused_until)
-        self._void_grants(now)
+            self._void_grants(now)
+            return self._epoch
+        search = self._search
+        moment = Moment(
+            at=now,
+            pace=pace,
+            ran_s=search.ran_s,
+            slope=search.slope,
+            slow_start=self._mode == "slow_start",
+            costly=paused or self._n["echo_pauses"] > 0,
+            run_from=search.decided_at,
+            prior=search.prior(),
+        )
+        before, self._mode, self._moment = self._rate, "aimd", moment
+        decision = discovery.decide(moment, self._reading(moment))
+        self._rate = self._clamp(decision.rate)
+        step_429s = self._n["429s"] - 1 - self._429s_at_decision
+        self._429s_at_decision = self._n["429s"] - 1
+        search.apply(decision, moment, self._rate, max(now, self._paused_until), step_429s)
+        if paused or self._rate < (1.0 - SMALL_STEP) * before:
+            self._void_grants(now)
+        # else a small step back: the permits out stay good (voiding them would mix what
+        # other processes still hold with the new schedule, bunching requests).
         return self._epoch
 
     # --- reading ----------------------------------------------------------------------
@@ -349,8 +314,8 @@ class RateGovernor:
             "key": self.key,
             "state": self.state(now),
             "rate": self._rate,
-            "limit_estimate": self._hi,
-            "safe_rate": self._lo,
+            "limit_estimate": self._search.estimate,
+            "safe_rate": self._search.safe,
             "header_rate": self._header_rate,
             "paused_for_s": self.paused_for_s(now),
             # Only while paused: why, and for a quota its name and window (status shows it).
@@ -368,44 +333,71 @@ class RateGovernor:
     def learnt(self) -> dict[str, Any] | None:
         """What this governor knows of its endpoint's limit, for the next run to start
         from (see :meth:`warm_start`); ``None`` while it knows nothing."""
-        lo = None if self._lo_guessed else self._lo
-        if lo is None and self._hi is None and self._header_rate is None:
+        est, safe = self._search.estimate, self._search.safe
+        if safe is None and est is None and self._header_rate is None:
             return None
         return {
-            "safe_rate": lo,
-            "limit_estimate": self._hi,
+            "safe_rate": safe,
+            "limit_estimate": est,
             "header_rate": self._header_rate,
             "learnt_at": self._wall_clock(),
         }
 
     def warm_start(self, learnt: Mapping[str, Any], now: float) -> bool:
         """Start from what an earlier run learnt instead of slow start from
-        ``initial_rate``, if it is recent. Nothing is taken on faith:
-        the learnt safe rate is a guess again until it holds for ``HOLD_S``, a 429 before
-        that drops it and the bracket is found afresh, and the probe above it runs as after
-        any 429. Older than ``config.warm_start_s``, it is ignored. Returns whether it was
-        used."""
+        ``initial_rate``, if it is recent. Nothing is taken on faith: the run begins at
+        ``SETTLE`` of the learnt estimate (at the learnt safe rate, if lower), the probe
+        above runs as after any 429, and a 429 is read as any other. Older than
+        ``config.warm_start_s``, it is ignored. Returns whether it was used."""
         age_s = self._wall_clock() - float(learnt.get("learnt_at") or 0.0)
         header = _positive(learnt.get("header_rate"))
-        hi = _positive(learnt.get("limit_estimate")) or header
-        lo = _positive(learnt.get("safe_rate"))
-        if not 0.0 <= age_s <= self.config.warm_start_s or (hi is None and lo is None):
+        est = _positive(learnt.get("limit_estimate")) or header
+        safe = _positive(learnt.get("safe_rate"))
+        if not 0.0 <= age_s <= self.config.warm_start_s or (est is None and safe is None):
             return False
-        if lo is None or (hi is not None and lo >= hi):
-            lo = SETTLE * hi if hi is not None else lo
         self._tick(now)
         self._mode = "aimd"
-        self._lo, self._hi, self._lo_guessed = lo, hi, True
-        self._held_since_429 = False
-        self._rate = self._hold_rate = self._clamp(lo or self._rate)
-        self._held_s = 0.0
-        self._decreased_at = now  # the probe above starts slow, as after a decrease
+        est = est if est is not None else safe / SETTLE  # type: ignore[operator]
+        start = SETTLE * est if safe is None else min(SETTLE * est, safe)
+        self._rate = self._clamp(start)
+        self._search.seed(est, self._rate, now)
         self._warm = {"learnt_at": float(learnt["learnt_at"]), "age_s": age_s}
         return True
 
     # --- internals --------------------------------------------------------------------
     def _clamp(self, rate: float) -> float:
         return min(self.config.max_rate, max(self.config.min_rate, rate))
+
+    def _reading(self, m: Moment, *, echo: bool = False) -> Reading:
+        """What the meter says of the second before ``m`` (and since when a bucket was
+        last known full: the start of the run the 429 ended, all of it in slow start)."""
+        start = m.at - WINDOW_S
+        refused = self._meter.refused(start, m.at)
+        return Reading(
+            served=self._meter.served(start, m.at),
+            refused=max(refused, discovery.MIN_REFUSED) if echo else refused,
+            whole=self._origin is not None and start >= self._origin,
+            bucket=self._meter.bucket_rate(
+                m.at, discovery.BURST_S, -math.inf if m.slow_start else m.run_from
+            )
+            or 0.0,
+        )
+
+    def _read_again(self) -> None:
+        """The last decision, again, now that the successes from before its 429 are in:
+        read at once, the server seemed to serve less than it did."""
+        m, self._moment = self._moment, None
+        if m is None or self._mode != "aimd":
+            return
+        decision = discovery.decide(m, self._reading(m, echo=self._echoed))
+        rate = self._clamp(decision.rate)
+        self._search.revise(decision, rate)
+        if abs(rate - self._rate) <= 1e-9 * rate:
+            return
+        lower = rate < (1.0 - SMALL_STEP) * self._rate
+        self._rate = rate
+        if lower:
+            self._void_grants(self._last_now)
 
     def _pause(
         self, until: float, reason: str, quota: tuple[str, float | None] | None = None
@@ -420,28 +412,39 @@ class RateGovernor:
             self._epoch += 1
 
     def _pause_on_echo(self, now: float) -> None:
-        """Refused far more than served since a decrease, with no Retry-After to say for how
+        """Refused far more than served since a decision, with no Retry-After to say for how
         long: the limiter may count refused requests too (HAProxy's ``http_req_rate``), so
         that sending on, even at the lower rate, keeps its count over the limit. Pause once
-        per decrease, long enough for its window to forget them."""
+        per decision, long enough for its window to forget them, and read the limit again
+        from what it served before it shut: its 429s are costly from now on."""
         needed = max(ECHO_MIN, ECHO_SHARE * self._rate * HOLDOFF_S, ECHO_RATIO * self._holdoff_ok)
-        if not self._echoed and self._echo_429s >= needed:
-            self._echoed = True
-            self._n["echo_pauses"] += 1
-            self._pause(now + ECHO_PAUSE_S, "429s without Retry-After")
-            # 429s still coming back for requests sent before the pause say nothing new.
-            self._last_decrease_until = max(self._last_decrease_until, self._paused_until)
-            self._void_grants(now)
+        if self._echoed or self._echo_429s < needed:
+            return
+        self._echoed = True
+        self._n["echo_pauses"] += 1
+        self._pause(now + ECHO_PAUSE_S, "429s without Retry-After")
+        # 429s still coming back for requests sent before the pause say nothing new.
+        self._holdoff_until = max(self._holdoff_until, self._paused_until)
+        m = self._moment
+        if m is not None and self._mode == "aimd":
+            m = self._moment = dataclasses.replace(m, costly=True)
+            decision = discovery.decide(m, self._reading(m, echo=True))
+            rate = self._clamp(decision.rate)
+            if rate < self._rate:
+                self._rate = rate
+                self._search.revise(decision, rate)
+                self._search.start(rate, self._paused_until)
+        self._void_grants(now)
 
     def _void_grants(self, now: float) -> None:
-        """Void every grant out (clients drop what they hold); the new schedule starts one
-        spacing, at the new rate, after the last permit that fell due: a permit handed out
-        at once could follow one sent a moment ago, closer than either rate allows, and a
-        limiter on spacing (nginx without a burst) refuses it, so voids again, and again."""
+        """Void every grant out: clients drop what they hold when they next hear from the
+        governor. The new schedule starts after the last permit granted, not where the
+        voided ones began: a process that has not heard yet still spends what it holds,
+        and a permit handed out again beside it is a pair of requests closer together
+        than any rate allows (nginx without a burst refuses the second)."""
         self._epoch += 1
-        last = self._meter.last_due(now)
-        after_last = now if last is None else last + 1.0 / self._rate
-        self._next_slot = max(now, self._paused_until, after_last)
+        self._meter.void(now)
+        self._next_slot = max(now, self._paused_until, self._next_slot)
         self._last_grant = None
 
     def _account_idle(self, now: float) -> None:
@@ -465,12 +468,11 @@ class RateGovernor:
     def _tick(self, now: float) -> None:
         """Let time act on the rate: one step per elapsed interval of activity."""
         self._last_now = max(self._last_now, now)
-        if self._rejudge is not None and now >= self._rejudge.at + REPORTED_S:
-            self._judge_again(self._rejudge)
+        if self._moment is not None and now >= self._moment.at + REPORTED_S:
+            self._read_again()
         self._meter.trim(now)
         if self._interval_start is None:
-            self._interval_start = self._idle_mark = now
-            self._meter.start(now)
+            self._interval_start = self._idle_mark = self._origin = now
         if now < self._paused_until:
             return
         if self._interval_start < self._paused_until:
@@ -492,32 +494,13 @@ class RateGovernor:
         elif busy and not self._saw_429_in_interval:
             if self._mode == "slow_start":
                 self._rate = self._clamp(self._rate * 2.0)
-                self._meter.paced_up(now)
             else:
-                self._increase(now, elapsed_s)
+                grown = self._search.grow(self._rate, now, elapsed_s)
+                if grown is None:
+                    self._mode = "slow_start"  # the limit rose: find it again
+                else:
+                    self._rate = self._clamp(grown)
         self._start_interval(now)
-
-    def _judge_again(self, r: _Rejudge) -> None:
-        """Decide the last decrease again, now that the successes from before its 429 are
-        reported: judged at once, the server seemed to serve less than it did, and a
-        schedule it never clipped could pass for clipped (a bound far under the limit)."""
-        self._rejudge = None
-        if self._n["decreases"] != r.decreases or self._mode != "aimd":
-            return  # decided anew since (another 429, headers): the moment has passed
-        measured = self._meter.measure(r.at, not_before=r.measure_from)
-        after = self._lo, self._hi, self._lo_guessed
-        b = r.before
-        self._lo, self._hi, self._lo_guessed = b.lo, b.hi, b.lo_guessed
-        self._held_since_429, self._mode = b.held_since_429, b.mode
-        rate = self._clamp(self._after_429(measured, r.pace, r.at, r.paused))
-        self._held_since_429, self._mode = False, "aimd"
-        if rate == r.rate:
-            self._lo, self._hi, self._lo_guessed = after
-            return
-        self._rate = self._hold_rate = rate
-        self._held_s = 0.0
-        if rate < r.rate:
-            self._void_grants(self._last_now)
 
     def _note_busy(self, start: float, end: float) -> None:
         self._busy_s += end - start
@@ -538,125 +521,17 @@ class RateGovernor:
         self._saw_429_in_interval = False
         self._answered = 0
 
-    def _after_429(
-        self, measured: Measure | None, sent: float, now: float, paused: bool = False
-    ) -> float:
-        """The new rate, after narrowing the bounds on the limit with a 429 at pace ``sent``."""
-        m = measured
-        if (
-            paused
-            and self._lo is not None
-            and now - self._lo_raised_at < HOLD_S
-            and sent <= (1 + WIDE) * self._lo
-            and (self._lo_before is None or sent > self._lo_before)
-        ):
-            # Refused at the rate a hold just made safe, within one more hold: a bucket's
-            # burst lasted through that hold (at 54/s against 50 with a burst of 10, 2.3 s),
-            # not the limit. The rate safe before it is what is known to hold. (A 429 at a
-            # rate well above ``lo``, a bisection up, says nothing against ``lo``.) Only a 429
-            # with Retry-After: it costs a whole pause. One without (nginx, HAProxy) costs a
-            # request, and there it fell on noise near the limit as often: real sweeps through
-            # nginx without burst and HAProxy ran at 0.236 and 0.558 of the limit with it.
-            self._lo = self._lo_before
-        if (
-            m
-            and m.served >= MIN_SAMPLES
-            and (paused or m.refused >= MIN_REFUSED)
-            and m.served_per_s < CLIPPED * m.answered_per_s
-        ):
-            # The server visibly refused part of what it was sent: its limit showing through
-            # (plus what a burst allowance let by: an upper bound, tight over a long window).
-            clipped = m.served_per_s
-            if not paused and self._lo is not None and not self._lo_guessed:
-                # Not below a rate that held, though: nginx without burst serves only every
-                # other request sent up to twice its rate, HAProxy nothing while it remembers
-                # an overshoot. What they served while refusing is under their limit.
-                clipped = max(clipped, self._lo)
-            sent = min(sent, clipped)
-        self._hi = sent
-        if self._mode == "slow_start" and self._lo is None:
-            # The rate before the last doubling went without a 429; but it lasted one
-            # interval, which a burst allowance can absorb: a guess until a rate holds.
-            self._lo, self._lo_guessed = sent / 2, True
-        elif self._lo_guessed and not self._held_since_429:
-            self._lo, self._lo_guessed = None, False  # refused again before any rate held
-        if self._lo is not None and self._lo >= sent:
-            self._lo = None  # a 429 at a rate once safe: the limit dropped
-        if self._lo is None:
-            return DECREASE * sent
-        if self._mode == "slow_start" and not paused:
-            return SETTLE * self._lo
-        if sent - self._lo <= NARROW * sent:
-            if not self._held_since_429:
-                # Settled at ``lo`` and refused again before holding: ``lo`` was never safe
-                # (a burst allowance made it look so). Start the bracket afresh.
-                self._lo = None
-                return DECREASE * sent
-            # Done bisecting: settle just under the 429, then probe slowly.
-            self._lo = min(self._lo, SETTLE * sent)
-            return self._lo
-        # Bisect, a little low: landing right on the limit would make the probe cross it.
-        return SETTLE * (self._lo + sent) / 2
-
-    def _increase(self, now: float, elapsed_s: float) -> None:
-        # A rate is safe once sending went on at least that fast for HOLD_S without a 429.
-        self._held_s += elapsed_s
-        if self._held_s >= HOLD_S:
-            if self._lo is None or self._hold_rate > self._lo:
-                self._lo_before, self._lo_raised_at = self._lo, now
-                self._lo = self._hold_rate
-            self._lo_guessed = False
-            self._held_since_429 = True
-            self._held_s, self._hold_rate = 0.0, self._rate
-            if (
-                self._lo is not None
-                and self._hi is not None
-                and self._hi - self._lo > self._bisect_above * self._hi
-            ):
-                # Far below the last 429 and safe here: bisect upwards.
-                self._rate = self._hold_rate = self._clamp((self._lo + self._hi) / 2)
-                return
-        hi = max(self._hi or self._rate, self.config.min_rate)
-        # The probe starts slow and doubles its pace every PROBE_DOUBLING_S without a 429: a
-        # good estimate keeps the rate just under the limit for long, a stale one is soon left.
-        probing_s = max(0.0, now - self._decreased_at)
-        step = PROBE_PER_S * 2 ** (probing_s / PROBE_DOUBLING_S) * hi * elapsed_s
-        self._rate = self._clamp(self._rate + step)
-        if self._rate > REPROBE * hi:
-            self._mode, self._hi = "slow_start", None  # the limit rose: find it again
-
     def _header_step(self, now: float, elapsed_s: float) -> None:
         if now - self._header_seen_at > HEADER_TTL_S:
             self._mode = "aimd"
-            self._hi = self._header_rate
+            if self._header_rate is not None:
+                self._search.seed(self._header_rate, self._rate, now, refused=self._header_rate)
             return
         self._header_margin = min(
             HEADER_MARGIN, self._header_margin + HEADER_RECOVER_PER_S * elapsed_s
         )
         if self._header_rate is not None:
             self._rate = self._clamp(self._header_rate * self._header_margin)
-
-
-@dataclass(frozen=True)
-class _Bounds:
-    lo: float | None
-    hi: float | None
-    lo_guessed: bool
-    held_since_429: bool
-    mode: State
-
-
-@dataclass(frozen=True)
-class _Rejudge:
-    """A decrease to decide again once late reports are in (see ``REPORTED_S``)."""
-
-    at: float  # when its 429 came
-    measure_from: float  # the window it was measured over began no earlier
-    pace: float
-    before: _Bounds
-    rate: float  # the rate it set
-    decreases: int  # the count of decreases with it
-    paused: bool  # its 429 said Retry-After
 
 
 def _positive(value: Any) -> float | None:

@@ -13,19 +13,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-WINDOW_S = 1.0  # rates are measured over at most this much recent time ...
-MIN_WINDOW_S = 0.25  # ... and at least this much, else they are noise
+WINDOW_S = 1.0  # counts are read over at most this much recent time ...
+HISTORY_S = 20.0  # ... and the successes that a bucket admitted over this long,
+HISTORY_MOST = 4096  # ... at most this many of them
 RECENT_S = 0.5  # the pace that drew a 429 is that of the permits due this long before it
-
-
-@dataclass(frozen=True)
-class Measure:
-    served_per_s: float
-    answered_per_s: float  # 429s included: the rate the server was sent, as it answered
-    served: int  # how many answers the rates rest on
-    refused: int = 0  # how many of the answers were 429s
 
 
 class RateMeter:
@@ -38,32 +30,29 @@ class RateMeter:
         self._served: deque[float] = deque()  # when answers other than 429 came
         self._answered: deque[float] = deque()  # when any answer came
         self._offered: deque[tuple[float, float]] = deque()  # (permit due at, rate issued at)
-        self._paced_at: deque[float] = deque(maxlen=2)  # when the pace last stepped up
-        self._origin = -math.inf
-
-    def start(self, now: float) -> None:
-        self._origin = now
 
     def offered(self, due: Iterable[float], rate: float) -> None:
         self._offered.extend((t, rate) for t in due)
 
     def answered(self, now: float, *, ok: bool) -> None:
-        """One response: ``ok`` unless it was a 429."""
+        """One response: ``ok`` unless it was a 429. Late reports may come out of order."""
         self._answered.append(now)
         if ok:
             self._served.append(now)
 
-    def paced_up(self, now: float) -> None:
-        self._paced_at.append(now)
-
     def trim(self, now: float) -> None:
         oldest = now - WINDOW_S - self.lag_s - self.keep_s  # nothing older is ever read
-        while self._served and self._served[0] < oldest:
+        while self._served and self._served[0] < now - HISTORY_S - self.keep_s:
             self._served.popleft()
         while self._answered and self._answered[0] < oldest:
             self._answered.popleft()
         while self._offered and self._offered[0][0] < oldest:
             self._offered.popleft()
+
+    def void(self, now: float) -> None:
+        """Permits not yet due were voided: they will never be sent."""
+        while self._offered and self._offered[-1][0] > now:
+            self._offered.pop()
 
     def last_due(self, now: float) -> float | None:
         """When the newest permit due by ``now`` was due (perhaps sent just now)."""
@@ -75,17 +64,26 @@ class RateMeter:
         paces = [r for t, r in self._offered if now - RECENT_S <= t <= now]
         return max(paces) if paces else default
 
-    def measure(self, now: float, *, not_before: float) -> Measure | None:
-        """Rates since sending reached its present pace (at most ``WINDOW_S`` back, never
-        before ``not_before``, e.g. the end of a pause); ``None`` if too short to tell."""
-        start = max(now - WINDOW_S, not_before, self._origin)
-        for stepped_at in reversed(self._paced_at):
-            if now - (stepped_at + self.lag_s) >= MIN_WINDOW_S:
-                start = max(start, stepped_at + self.lag_s)
-                break
-        span_s = now - start
-        if span_s < MIN_WINDOW_S:
+    def served(self, start: float, end: float) -> int:
+        """Answers other than 429 that came in ``(start, end]``."""
+        return sum(1 for t in self._served if start < t <= end)
+
+    def bucket_rate(self, at: float, burst_s: float, since: float = -math.inf) -> float | None:
+        """The fastest rate ``r`` of a token bucket holding ``burst_s * r`` that would have
+        refused a request at ``at`` after serving what it served before (over the last
+        ``HISTORY_S``): with ``n`` requests from ``t`` to ``at``, the refused one included,
+        such a bucket refuses once ``n > r * (at - t) + burst_s * r`` for some ``t``, so
+        ``r = max over t of n / (at - t + burst_s)``, over the successes after ``since``
+        (when the bucket was last known full). ``None`` with nothing served."""
+        times = sorted(t for t in self._served if since < t <= at)[-HISTORY_MOST:]
+        if not times:
             return None
-        served = sum(1 for t in self._served if start <= t <= now)
-        answered = sum(1 for t in self._answered if start <= t <= now)
-        return Measure(served / span_s, answered / span_s, served, answered - served)
+        best, n = 0.0, 1
+        for t in reversed(times):
+            n += 1
+            best = max(best, n / (at - t + burst_s))
+        return best
+
+    def refused(self, start: float, end: float) -> int:
+        """429s that came in ``(start, end]``."""
+        return sum(1 for t in self._answered if start < t <= end) - self.served(start, end)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from driver_review.config import GovernorConfig
+from driver_review.discovery import SETTLE
 from driver_review.governor import RateGovernor
 from driver_review.sim.limiters import make_shape
 
@@ -181,3 +182,32 @@ class ShapeServer:
             return 200, {}, v.delay_s
         told = {"Retry-After": str(max(1, math.ceil(v.wait_s)))} if self.retry_after else {}
         return 429, told, 0.0
+
+
+class KnowingGovernor(RateGovernor):
+    """A reference, not a policy: slow start as the governor's, then, from its first 429
+    on (and its Retry-After honoured), the rate held at ``SETTLE`` of the true ``limit``
+    for good. What cold discovery could get at best with that start on a shape: the cost
+    of slow start and of one 429 is paid by any client that does not know the limit."""
+
+    def __init__(self, limit: float, config: GovernorConfig | None = None) -> None:
+        super().__init__(config or GovernorConfig(), wall_clock=lambda: WALL0)
+        self.limit = limit
+        self._knows = False
+
+    def on_429(self, retry_after_s: float | None, now: float, *, header_mode: bool = False) -> int:
+        epoch = super().on_429(retry_after_s, now, header_mode=header_mode)
+        self._knows = True
+        self._rate = SETTLE * self.limit
+        return epoch
+
+    def _tick(self, now: float) -> None:
+        super()._tick(now)
+        if self._knows:
+            self._rate = SETTLE * self.limit
+
+
+def knowing_utilization(server: Server, limit: float, *, duration_s: float, **kw: Any) -> float:
+    """The utilization :class:`KnowingGovernor` gets from ``server`` (see it)."""
+    run = simulate(server, duration_s=duration_s, governor=KnowingGovernor(limit), **kw)
+    return run.served_rate(0, duration_s) / limit

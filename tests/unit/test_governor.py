@@ -23,10 +23,17 @@ from tests.support.rate_sim import WALL0, TokenBucketServer, simulate
 
 
 def test_slow_start_doubles_each_busy_interval() -> None:
-    run = simulate(TokenBucketServer(10_000, 10_000), duration_s=2.2)
-    rate_at = {round(t, 1): r for t, r, _ in run.rates}
+    run = simulate(TokenBucketServer(10_000, 10_000), duration_s=1.2)
+    changes: list[tuple[float, float]] = []
+    for t, rate, _ in run.rates:
+        if not changes or changes[-1][1] != rate:
+            changes.append((t, rate))
     assert run.gov.state() == "slow_start" and run.gov.stats()["429s"] == 0
-    assert rate_at[0.4] == 5.0 and rate_at[1.1] == 20.0 and rate_at[2.1] == 80.0
+    assert [r for _, r in changes][:6] == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0]
+    # Never more than one doubling per interval, and one in every other interval at least
+    # (at 5/s an interval of 0.125 s may see no answer, so demand cannot show).
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(changes)]
+    assert all(g >= gv.INTERVAL_S - 0.03 for g in gaps) and max(gaps) <= 2 * gv.INTERVAL_S + 0.03
 
 
 def test_slow_start_waits_for_demand() -> None:
@@ -38,19 +45,21 @@ def test_slow_start_waits_for_demand() -> None:
     assert gov.rate == 10.0
 
 
-def test_aimd_sawtooth_decreases_on_429_and_climbs_back() -> None:
+def test_after_slow_start_each_429_steps_the_rate_down_and_it_climbs_in_small_steps() -> None:
     run = simulate(TokenBucketServer(50, 10), duration_s=180)
     states = {s for _, _, s in run.rates}
     assert {"slow_start", "aimd", "paused"} <= states
     stats = run.gov.stats()
-    assert stats["decreases"] >= 3 and stats["429s"] >= stats["decreases"]
-    # Each decrease cuts the rate by a factor (never a collapse), and the rate climbs in
-    # many small steps before the next one: a sawtooth.
+    assert stats["decreases"] >= 2 and stats["429s"] >= stats["decreases"]
+    # Each 429 after slow start takes the rate down by a factor read from what the server
+    # served (never a collapse), and it climbs back in many small steps: few 429s, and a
+    # minute and a half at 0.96 of the limit or better.
     rates = [r for _, r, s in run.rates if s != "slow_start"]
     drops = [b / a for a, b in itertools.pairwise(rates) if b < a]
     rises = sum(1 for a, b in itertools.pairwise(rates) if b > a)
-    assert drops and all(0.5 <= d < 0.99 for d in drops)
-    assert rises > 3 * len(drops)
+    assert drops and all(0.75 <= d < 1.0 for d in drops)
+    assert rises > 20 * len(drops)
+    assert run.served_rate(90, 180) >= 0.96 * 50
 
 
 @pytest.mark.parametrize(("rate", "burst"), [(50, 10), (50, 50), (200, 40), (20, 4)])
@@ -112,10 +121,10 @@ def test_only_one_decrease_per_burst_of_429s() -> None:
 
 def test_a_429_judged_before_the_successes_were_reported_is_judged_again() -> None:
     """Workers report successes with their next lease, 429s at once. A 429 judged at once
-    then sees three in four successes missing: the server looks as if it clipped the
-    schedule at a quarter of its pace, and the bound falls there. Once the reports are in
-    (``REPORTED_S`` later) the decrease is judged again on them, and the bound comes back
-    (a real HAProxy sweep ran at 20/s for 50 s against a limit of 60 before)."""
+    then sees three in four successes missing: the server looks as if it served a quarter
+    of its pace, and the estimate falls (as far as one 429 lets it: 15%). Once the reports
+    are in (``REPORTED_S`` later) the 429 is read again on them, and the estimate comes
+    back (a real HAProxy sweep ran at 20/s for 50 s against a limit of 60 once)."""
     gov = RateGovernor(GovernorConfig(initial_rate=60))
     late: list[float] = []
 
@@ -139,12 +148,12 @@ def test_a_429_judged_before_the_successes_were_reported_is_judged_again() -> No
     send(3.3, 3.75, pace, 4)
     gov.on_429(None, 3.75)
     judged_at_once = gov.stats()["limit_estimate"]
-    assert judged_at_once is not None and judged_at_once < 0.5 * pace  # the false clip
+    assert judged_at_once is not None and judged_at_once < 0.9 * pace  # read low
     for t in late:
         gov.observe(200, {}, t)
     gov.lease(1, 3.75 + gv.REPORTED_S + 0.01)
-    assert gov.stats()["limit_estimate"] == pytest.approx(pace, rel=0.01)
-    assert gov.rate > 0.8 * pace
+    assert gov.stats()["limit_estimate"] == pytest.approx(pace, rel=0.02)
+    assert gov.rate > 0.95 * pace
 
 
 def test_after_a_decrease_the_next_permit_keeps_its_distance_from_the_last_one_due() -> None:
@@ -162,37 +171,18 @@ def test_after_a_decrease_the_next_permit_keeps_its_distance_from_the_last_one_d
     assert now + after.delays_s[0] >= last_due + 1.0 / gov.rate - 1e-9
 
 
-def test_slow_starts_lower_bound_is_dropped_when_refused_before_any_rate_held() -> None:
-    """A bucket of 26 absorbs half a second at 160/s against a limit of 130, so slow start
-    doubles to 320 and takes 160 for safe. The next 429 comes before any rate held: the
-    guess goes, instead of a slow bisection above the limit, one Retry-After at a time."""
-    gov = RateGovernor(GovernorConfig(initial_rate=320))
-    gov.on_429(1.0, 0.0)  # slow start: bracket [160, 320]
-    assert gov.stats()["safe_rate"] == 160
-    gov.on_429(1.0, 1.5)  # right after the pause, before holding anything
-    bisected = gv.SETTLE * (160 + 320) / 2
-    assert gov.stats()["safe_rate"] is None and gov.rate == pytest.approx(gv.DECREASE * bisected)
+def test_a_bucket_whose_burst_carried_slow_start_far_past_its_rate_costs_few_429s() -> None:
+    """A bucket of 26 lets slow start double on to 320/s against a limit of 130 before it
+    refuses. Read after the pause, what it served says where its rate is (not the pace
+    doubled past it): a few Retry-After pauses, not a slow walk down from 320, one at a
+    time (eleven 429s before)."""
     run = simulate(TokenBucketServer(130, 26), duration_s=65, workers=32, latency_s=0.012)
     print(
         f"limit 130/s burst 26: {run.gov.stats()['429s']} 429s, "
         f"served {run.served_rate(0, 65):.1f}/s"
     )
-    assert run.gov.stats()["429s"] <= 8  # eleven when the guess was kept
-
-
-def test_permits_left_unspent_do_not_pass_for_a_clipping_server() -> None:
-    """A client spends every other permit (short of work); the server serves all it is
-    sent, then a 429 comes. What was answered, not what was leased, is what the server
-    saw: the limit is at least the pace it was sent at, not the half actually served."""
-    gov = RateGovernor(GovernorConfig(initial_rate=100))
-    for i in range(100):
-        now = i * 0.01
-        gov.lease(1, now)
-        if i % 2 == 0:
-            gov.observe(200, {}, now + 0.005)
-    gov.on_429(1.0, 1.0)
-    assert gov.stats()["limit_estimate"] >= 0.9 * 100
-    assert gov.rate >= 0.9 * 50  # never below what the server just served
+    assert run.gov.stats()["decreases"] <= 4
+    assert run.served_rate(0, 65) >= 0.9 * 130
 
 
 def test_rate_stays_within_min_and_max() -> None:
@@ -312,8 +302,8 @@ class FakeTime:
 
 def test_local_limiter_hands_out_permits_on_schedule() -> None:
     t = FakeTime()
-    limiter = LocalLimiter(
-        RateGovernor(GovernorConfig(initial_rate=10)), clock=t.clock, sleep=t.sleep
+    limiter = LocalLimiter(  # held at 10/s: slow start would double it within the test
+        RateGovernor(GovernorConfig(initial_rate=10, max_rate=10)), clock=t.clock, sleep=t.sleep
     )
 
     async def main() -> list[float]:
@@ -388,6 +378,34 @@ def test_permits_overdue_after_a_stall_are_forfeited_not_burst() -> None:
     times = asyncio.run(main())
     assert limiter.stats()["bucket"]["late"] >= 1
     assert [b - a for a, b in itertools.pairwise(times)] == pytest.approx([1 / 40] * 3)
+
+
+def test_a_permit_woken_later_than_half_its_spacing_gives_way_to_the_next() -> None:
+    """A loop woken 30 ms late for a permit at 20/s (50 ms apart) would send it 20 ms before
+    the next one: a pair a limiter on spacing refuses (nginx without burst passes nothing
+    closer than 1 / rate). Later than half a spacing, the permit is forfeited and the next
+    one taken on time; a little late is still spent."""
+
+    class LateTime(FakeTime):
+        def __init__(self, late_s: float) -> None:
+            super().__init__()
+            self.late_s = late_s
+
+        async def sleep(self, delay_s: float) -> None:
+            await super().sleep(delay_s + self.late_s)
+
+    for late_s, forfeited in ((0.03, True), (0.01, False)):
+        t = LateTime(late_s)
+        governor = RateGovernor(GovernorConfig(initial_rate=20, max_rate=20))
+        limiter = LocalLimiter(governor, clock=t.clock, sleep=t.sleep)
+
+        async def main(lim: LocalLimiter = limiter) -> None:
+            for _ in range(3):
+                await lim.acquire()
+
+        asyncio.run(main())
+        late = limiter.stats()["bucket"]["late"]
+        assert (late >= 1) is forfeited, (late_s, late)
 
 
 # --- long windows (quotas) and 503 ---------------------------------------------------------

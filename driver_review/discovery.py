@@ -1,0 +1,293 @@
+"""Finding an endpoint's rate limit from its answers, when it does not say what it is.
+
+:class:`~driver_review.governor.RateGovernor` owns the permit schedule, pauses and
+RateLimit headers; it hands this module one :class:`Reading` for each 429 that is news,
+and asks it how the rate grows over each interval of saturated demand. Pure, on the
+caller's clock.
+
+**Two readings of a 429.** Limiters refuse for different reasons, and what the server
+served before a 429 reads differently under each:
+
+- *count*: a limiter that counts requests in a window (fixed, sliding, HAProxy's stick
+  table) refuses once the window holds its limit, so the successes of the last second are
+  its limit showing through.
+- *bucket*: a bucket (a token bucket, nginx ``limit_req`` with ``burst``) refuses a pace
+  over its rate only once its burst is spent. With ``n`` requests from ``t`` to the 429,
+  a bucket of rate ``r`` holding ``BURST_S * r`` refuses once
+  ``n > r * (t_429 - t) + BURST_S * r`` for some ``t``, so ``r = max n / (t_429 - t + BURST_S)``
+  over the run since the bucket was last known full (see
+  :meth:`~driver_review.meter.RateMeter.bucket_rate`). The burst itself is unknown; the
+  reading errs by it over the run: little after a long run, much after a short one.
+
+Neither is right for every limiter, and one 429 cannot tell which applies: the
+readings are combined by how the 429 came about.
+
+**What a 429 costs** decides how boldly to look for the limit:
+
+- *costly*: a 429 with Retry-After pauses every caller (a second or more), and so does a
+  limiter that counts its refusals (the governor's echo pause). A costly 429 lands the
+  rate on the lower reading and climbs to the higher one steadily (``APPROACH_S``), so
+  that the next 429, if the higher was too high, comes after a long run whose readings
+  are good. A reading confirmed by the next 429 (the same count twice, once under the
+  pace sent; the same bucket reading twice) or taken after ``RELIABLE_S`` is *reliable*:
+  above it the rate probes up very slowly (``PROBE_PER_S``, doubling every
+  ``PROBE_DOUBLING_S``), crossing a limit that stays put about once a minute.
+- *cheap*: a 429 without Retry-After costs a request (nginx). The rate steps back by
+  ``CHEAP_STEP`` and climbs so that about ``CHEAP_SHARE`` of requests draw one (an
+  additive increase against a multiplicative decrease), slowed by how many 429s a step
+  back draws (requests already on their way), and faster after a quiet spell. A 429
+  that comes with the server clearly serving less than it was sent (``CLIP``) reads the
+  limit instead.
+
+After slow start the readings are guesses (the pace doubled past the limit on the way,
+so a window saw a burst a bucket would not have passed): the rate lands on the lower
+one and, once at the higher, *seeks* upward (``SEEK_PER_S``, faster where a 429 is
+cheap) until the next 429, so a limiter read far too low is soon left.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+SETTLE = 0.98  # run at this share of the estimated limit
+BURST_S = 0.2  # a bucket's burst, unknown, is taken to last this long at its rate
+MAX_MARGIN = 0.15  # a refused pace is taken to be over the limit by at most this share
+NARROW = 0.02  # readings this close agree
+RELIABLE_S = 10.0  # a 429 after running this long reads the limit within BURST_S / this
+LONG_MARGIN = 0.02  # ... and the limit is no further under the pace it refused than this
+CLIMB_S = 1.5  # under the estimate (a warm start), close the gap by 1/e this often
+APPROACH_PER_S = 0.01  # from the lower reading to the higher, at least this share of the
+APPROACH_S = 8.0  # ... lower per second, and in at most this long
+PROBE_PER_S = 0.0001  # above a reliable estimate, grow by this share of it per second,
+PROBE_DOUBLING_S = 12.0  # ... a pace that doubles every this long without a 429
+SEEK_PER_S = 1.1  # after slow start, above its readings: multiply the rate by this a second
+CHEAP_SEEK_PER_S = 1.25  # ... where a 429 is cheap
+SEEK_STEP = 0.05  # the 429 that ends a cheap seek steps back this share of its pace
+CHEAP_STEP = 0.03  # a cheap 429 steps back this share of the pace ...
+CHEAP_SHARE = 0.003  # ... and the rate grows so that about this share of requests draw one,
+CHEAP_STEP_429S_MAX = 4.0  # ... counting at most this many 429s per step back,
+CHEAP_DOUBLING_S = 10.0  # ... a growth that doubles every this long without a 429
+CLIP = 0.9  # served under this share of the pace sent: the server clipped it ...
+MIN_REFUSED = 3  # ... with at least this many 429s, when a 429 costs a request
+MIN_SAMPLES = 5  # fewer successes than this in a second say nothing of the limit
+HOLD_S = 2.0  # busy this long at a rate without a 429: the rate is safe
+REPROBE = 1.15  # this far over the lowest pace refused without a 429: the limit rose
+
+
+@dataclass(frozen=True)
+class Prior:
+    """What the decision before read: a reading is confirmed when the next one agrees."""
+
+    count: float | None = None
+    clipped: bool = False  # that count was clearly under the pace refused
+    bucket: float = 0.0
+    seeking: bool = False  # the rate was seeking after slow start
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A 429 that was news, as the governor saw it when it came."""
+
+    at: float
+    pace: float  # of the permits due just before it
+    ran_s: float  # busy time the schedule ran without a 429 since the last decision
+    slope: float  # how fast the rate was growing when it came, per second
+    slow_start: bool
+    costly: bool  # it paused every caller: Retry-After, or an echo
+    run_from: float  # when that run began (the end of the last pause or decision)
+    prior: Prior
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the server served before a 429, read from the governor's meter."""
+
+    served: int  # successes in the second before it
+    refused: int  # 429s in that second
+    whole: bool  # the governor was running for all of that second
+    bucket: float  # the bucket reading since the bucket was last known full (0: none)
+
+
+@dataclass(frozen=True)
+class Decision:
+    est: float  # the limit, as this 429 shows it: the rate is SETTLE of it
+    ceiling: float  # the higher reading: the rate climbs to SETTLE of it
+    reliable: bool  # read after a long run, or confirmed: probe slowly above it
+    seeking: bool  # after slow start: seek above the ceiling
+    cheap: bool  # a 429 costs a request
+    prior: Prior  # for the next decision
+
+    @property
+    def rate(self) -> float:
+        return SETTLE * self.est
+
+
+def decide(m: Moment, r: Reading) -> Decision:
+    """Estimate the limit from a 429 and what the server served before it."""
+    p = m.pace
+    count = None
+    if r.whole and r.served >= MIN_SAMPLES and (m.costly or r.refused >= MIN_REFUSED):
+        count = min(p, float(r.served))
+    bucket = min(p, r.bucket)
+    floor = (1.0 - MAX_MARGIN) * p
+    clipped = count is not None and count + 1.0 <= (1.0 - NARROW) * p
+    last = m.prior
+
+    def made(est: float, ceiling: float, reliable: bool, *, seeking: bool = False) -> Decision:
+        return Decision(
+            est,
+            max(est, ceiling),
+            reliable,
+            seeking,
+            not m.costly,
+            Prior(count, clipped, bucket, seeking),
+        )
+
+    if not m.costly:
+        if m.slow_start:
+            return made(bucket or p / 2, 0.0, True, seeking=True)
+        if r.refused >= MIN_REFUSED and r.whole and r.served + 1.0 < CLIP * p:
+            # Clipped: served well under the pace sent, the limit showing through.
+            return made(max(bucket, floor), 0.0, True)
+        # Touched it (or arrivals bunched at the edge: nginx without burst refuses two
+        # requests closer than its spacing): step back a little, further if the seek
+        # after slow start went past it, as far as what the server served if that was
+        # less (never below the floor).
+        step = SEEK_STEP if last.seeking else CHEAP_STEP
+        est = (1.0 - step) * p
+        if r.whole:
+            est = min(est, max((1.0 + NARROW) * r.served, floor))
+        return made(est / SETTLE, 0.0, True)
+    if m.slow_start:
+        readings = [x for x in (bucket, count) if x] or [p / 2]
+        return made(min(readings), max(readings), False, seeking=True)
+    if (
+        count is not None
+        and last.count is not None
+        and count >= floor
+        and (clipped or last.clipped)
+        and (1.0 - NARROW) * last.count <= count <= (1.0 + NARROW / 2) * last.count
+    ):
+        # The same count as the 429 before, once clearly under the pace: a window's limit
+        # (a server that served more than before in a second is not one).
+        est = min(count, last.count)
+        return made(est, est, True)
+    if last.bucket and bucket and abs(bucket - last.bucket) <= NARROW * bucket:
+        return made(bucket, bucket, True)  # the same bucket reading twice: its rate
+    if m.ran_s >= RELIABLE_S:
+        # A long run: the bucket reading errs little, and reads low under a limiter
+        # without a burst; a climb that slow crosses a bucket's rate by little before its
+        # burst runs out (by sqrt(2 * burst * slope)).
+        over = max(LONG_MARGIN, math.sqrt(2 * BURST_S * m.slope / p))
+        est = max(bucket, (1.0 - over) * p)
+        return made(est, est, True)
+    est = max(bucket, floor)
+    return made(est, count if clipped and count else est, False)
+
+
+class Discovery:
+    """The search for one endpoint's limit between two 429s: what the last decision
+    read, and how the rate grows from it."""
+
+    def __init__(self) -> None:
+        self.decision: Decision | None = None
+        self.refused: float | None = None  # the lowest pace refused since the limit rose
+        self.safe: float | None = None  # the highest rate held busy HOLD_S without a 429
+        self.decided_at = -math.inf  # when the last decision took effect
+        self.ran_s = 0.0  # busy time without a 429 since then
+        self.slope = 0.0  # how fast the rate grew in the last interval, per second
+        self._held_s = 0.0
+        self._hold_rate = 0.0
+        self._reached_at = -math.inf  # when the rate last climbed to SETTLE of the ceiling
+        self._step_429s = 0.0  # 429s per decision, on average (cheap: see grow)
+
+    @property
+    def estimate(self) -> float | None:
+        return self.decision.est if self.decision else None
+
+    def prior(self) -> Prior:
+        return self.decision.prior if self.decision else Prior()
+
+    def apply(self, d: Decision, m: Moment, rate: float, since: float, step_429s: int) -> None:
+        """A decision took effect at ``since`` (the end of its pause), setting ``rate``;
+        ``step_429s``: the 429s since the decision before."""
+        self.decision = d
+        if not m.slow_start and d.cheap:
+            n = float(step_429s)
+            self._step_429s = 0.7 * self._step_429s + 0.3 * n if self._step_429s else n
+        self.refused = m.pace if self.refused is None or m.slow_start else min(self.refused, m.pace)
+        if self.safe is not None and self.safe > d.est:
+            self.safe = None  # held only while a burst allowance lasted, or the limit fell
+        self.start(rate, since)
+
+    def revise(self, d: Decision, rate: float) -> None:
+        """The same 429 read again once late reports are in, setting ``rate``."""
+        self.decision = d
+        if self.safe is not None and self.safe > d.est:
+            self.safe = None
+        self._hold_rate, self._held_s = rate, 0.0
+
+    def start(self, rate: float, since: float) -> None:
+        """The rate is set afresh at ``since``: the hold and the probe start from there."""
+        self._hold_rate = rate
+        self._held_s = self.ran_s = 0.0
+        self.decided_at = since
+
+    def seed(self, est: float, rate: float, now: float, *, refused: float | None = None) -> None:
+        """Start from a limit known from elsewhere (a warm start, RateLimit headers no
+        longer sent), at ``rate``: probed slowly from there, read again at the next 429."""
+        self.decision = Decision(est, est, True, False, False, Prior())
+        self.refused = refused
+        self.start(rate, now)
+
+    def grow(self, rate: float, now: float, elapsed_s: float) -> float | None:
+        """The rate after an interval of saturated demand without a 429; ``None`` when
+        the limit rose (the rate ran well over a pace refused before): slow start again."""
+        self.ran_s += elapsed_s
+        self._held_s += elapsed_s
+        if self._held_s >= HOLD_S:
+            # A rate is safe once sending went on at least that fast for HOLD_S without a 429.
+            self.safe = max(self.safe or 0.0, self._hold_rate)
+            self._held_s, self._hold_rate = 0.0, rate
+        before = rate
+        rate = self._grown(rate, now, elapsed_s)
+        self.slope = max(0.0, rate - before) / elapsed_s
+        if self.refused is not None and rate > REPROBE * self.refused:
+            self.decision, self.refused = None, None
+            return None
+        return rate
+
+    def _grown(self, rate: float, now: float, elapsed_s: float) -> float:
+        d = self.decision
+        if d is None:
+            return rate
+        est, ceiling = d.est, d.ceiling
+        if d.cheap:
+            if d.seeking and (self.refused is None or rate < SETTLE * self.refused):
+                # After slow start the reading is a guess, and a crossing costs a request.
+                return rate * math.pow(CHEAP_SEEK_PER_S, elapsed_s)
+            # An additive increase against CHEAP_STEP back per 429: in balance, about
+            # CHEAP_SHARE of the requests draw one. A quiet spell doubles it.
+            per_step = min(CHEAP_STEP_429S_MAX, max(1.0, self._step_429s))
+            quiet = 2 ** (max(0.0, now - self.decided_at) / CHEAP_DOUBLING_S)
+            return rate * (1.0 + CHEAP_SHARE * CHEAP_STEP * rate / per_step * quiet * elapsed_s)
+        if rate < (1.0 - NARROW / 4) * SETTLE * est:
+            # Under the estimate (a warm start): close the gap, fast, then slowly.
+            self._reached_at = now
+            return rate + (SETTLE * est - rate) * min(1.0, elapsed_s / CLIMB_S)
+        if rate < SETTLE * ceiling:
+            # Between the two readings of the last 429: approach the higher one steadily,
+            # so that a limit under it is crossed gently (a bucket's burst lets a steep
+            # climb run far past its rate before it refuses).
+            self._reached_at = now
+            step = max(APPROACH_PER_S * est, (ceiling - est) / APPROACH_S) * elapsed_s
+            return min(SETTLE * ceiling, rate + step)
+        if d.reliable:
+            # Start slow and double the pace every PROBE_DOUBLING_S without a 429: a good
+            # estimate keeps the rate just under the limit for long.
+            probing_s = max(0.0, now - max(self.decided_at, self._reached_at))
+            return rate + PROBE_PER_S * 2 ** (probing_s / PROBE_DOUBLING_S) * est * elapsed_s
+        if d.seeking:
+            return rate * math.pow(SEEK_PER_S, elapsed_s)  # the readings of slow start: a guess
+        return rate + APPROACH_PER_S * est * elapsed_s  # near them, still a guess

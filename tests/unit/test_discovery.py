@@ -1,0 +1,153 @@
+"""Reading a limit from a 429: the meter's bucket reading and the decisions of
+:mod:`driver_review.discovery`, each on numbers worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from driver_review import discovery as dv
+from driver_review.discovery import Decision, Discovery, Moment, Prior, Reading, decide
+from driver_review.meter import RateMeter
+from driver_review.sim.limiters import TokenBucket
+
+
+def _moment(**kw: object) -> Moment:
+    base: dict[str, object] = {
+        "at": 10.0,
+        "pace": 60.0,
+        "ran_s": 1.0,
+        "slope": 0.0,
+        "slow_start": False,
+        "costly": True,
+        "run_from": 9.0,
+        "prior": Prior(),
+    }
+    base.update(kw)
+    return Moment(**base)  # type: ignore[arg-type]
+
+
+def test_the_bucket_reading_finds_a_buckets_rate_from_where_it_refused() -> None:
+    """A token bucket of 60/s holding 12 (the prior's 0.2 s), full, sent 80/s: it serves
+    12 + 60 t against 80 t + 1 and refuses after 0.55 s. The fastest bucket of that burst
+    that would have refused there is the one."""
+    bucket, meter = TokenBucket(60, 12), RateMeter(lag_s=0.25)
+    t = 0.0
+    while bucket.admit(t).admitted:
+        meter.answered(t, ok=True)
+        t += 1 / 80
+    assert t == pytest.approx(0.55, abs=0.02)
+    assert meter.bucket_rate(t, dv.BURST_S) == pytest.approx(60, rel=0.03)
+    # Read only over what came after ``since`` (when it was last known full), and nothing
+    # when nothing was served.
+    assert meter.bucket_rate(t, dv.BURST_S, since=t) is None
+
+
+def test_a_count_twice_the_same_and_once_under_the_pace_is_a_windows_limit() -> None:
+    """Slow start ran a sliding window of 60 past 160/s: 60 served in its last second. The
+    next 429, at 60.5/s after the pause, again 60 served: the same count, confirmed."""
+    first = decide(
+        _moment(pace=160.0, slow_start=True),
+        Reading(served=60, refused=1, whole=True, bucket=68.0),
+    )
+    assert first.est == 60 and first.ceiling == 68 and first.seeking and not first.reliable
+    assert first.prior.clipped  # 60 served against 160 sent
+    second = decide(
+        _moment(pace=60.5, ran_s=0.8, prior=first.prior),
+        Reading(served=60, refused=1, whole=True, bucket=51.0),
+    )
+    assert second.reliable and second.est == second.ceiling == 60
+    assert second.rate == pytest.approx(dv.SETTLE * 60)
+
+
+def test_all_that_was_sent_twice_is_no_window() -> None:
+    """Served all it was sent in the second before each 429: the counts say nothing of a
+    window, whatever they are. The bucket reading, from a short run, is a guess."""
+    prior = Prior(count=63.0, clipped=False, bucket=0.0)
+    d = decide(
+        _moment(pace=63.7, ran_s=2.0, prior=prior),
+        Reading(served=63, refused=1, whole=True, bucket=55.0),
+    )
+    assert not d.reliable and d.ceiling == d.est
+    # the bucket reading, and a step of 15% at most
+    assert d.est == max(55.0, (1 - dv.MAX_MARGIN) * 63.7)
+
+
+def test_the_same_bucket_reading_twice_is_a_buckets_rate() -> None:
+    d = decide(
+        _moment(pace=64.5, ran_s=5.0, prior=Prior(bucket=60.2)),
+        Reading(served=64, refused=1, whole=True, bucket=60.0),
+    )
+    assert d.reliable and d.est == d.ceiling == 60.0
+
+
+def test_after_a_long_run_the_limit_is_close_under_the_pace_refused() -> None:
+    """Refused after 20 s of a slow probe: a bucket's rate was crossed by little (its burst
+    ran out at sqrt(2 * burst * slope) over it), a window's by nothing."""
+    d = decide(
+        _moment(pace=60.4, ran_s=20.0, slope=0.02),
+        Reading(served=60, refused=1, whole=True, bucket=57.1),
+    )
+    over = max(dv.LONG_MARGIN, math.sqrt(2 * dv.BURST_S * 0.02 / 60.4))
+    assert d.reliable and d.est == pytest.approx((1 - over) * 60.4)
+
+
+def test_where_a_429_costs_a_request_it_steps_back_a_little() -> None:
+    lone = decide(
+        _moment(pace=60.0, costly=False),
+        Reading(served=60, refused=1, whole=True, bucket=50.0),
+    )
+    assert lone.cheap and lone.rate == pytest.approx((1 - dv.CHEAP_STEP) * 60)
+    # ... as far as what the server served, if that was less (a server delaying what it
+    # admits, nginx's burst without nodelay, serves less than it is sent) ...
+    under = decide(
+        _moment(pace=13.0, costly=False),
+        Reading(served=10, refused=1, whole=True, bucket=9.6),
+    )
+    assert under.rate == pytest.approx(max((1 + dv.NARROW) * 10, (1 - dv.MAX_MARGIN) * 13))
+    # ... and, clipped (served well under the pace, several 429s), to the reading.
+    clipped = decide(
+        _moment(pace=150.0, costly=False),
+        Reading(served=60, refused=40, whole=True, bucket=90.0),
+    )
+    assert clipped.est == pytest.approx((1 - dv.MAX_MARGIN) * 150)
+
+
+def test_a_cheap_slow_start_seeks_from_its_bucket_reading() -> None:
+    d = decide(
+        _moment(pace=80.0, slow_start=True, costly=False),
+        Reading(served=17, refused=1, whole=True, bucket=24.2),
+    )
+    assert d.est == 24.2 and d.seeking and d.cheap
+    ended = decide(
+        _moment(pace=62.0, costly=False, prior=d.prior),
+        Reading(served=61, refused=1, whole=True, bucket=50.0),
+    )
+    assert ended.rate == pytest.approx((1 - dv.SEEK_STEP) * 62) and not ended.seeking
+
+
+def test_the_rate_approaches_the_higher_reading_then_probes_slowly_above_it() -> None:
+    search = Discovery()
+    d = Decision(50.0, 60.0, True, False, False, Prior())
+    m = _moment(pace=70.0)
+    search.apply(d, m, d.rate, 0.0, 1)
+    rate, now, path = d.rate, 0.0, []
+    while now < 30.0:
+        now += 0.125
+        grown = search.grow(rate, now, 0.125)
+        assert grown is not None
+        rate = grown
+        path.append(rate)
+    reached = next(i for i, r in enumerate(path) if r >= dv.SETTLE * 60 - 1e-9)
+    assert reached * 0.125 <= dv.APPROACH_S + 0.5  # the approach: at most APPROACH_S
+    assert rate < 60.0  # the probe above it: under 2% in the 20 s after it
+    assert search.safe is not None and search.safe <= rate
+
+
+def test_well_over_a_pace_refused_without_a_429_the_limit_rose() -> None:
+    search = Discovery()
+    d = Decision(20.0, 20.0, True, False, False, Prior())
+    search.apply(d, _moment(pace=20.5), d.rate, 0.0, 1)
+    assert search.grow(dv.REPROBE * 20.5 + 1, 1.0, 0.125) is None
+    assert search.decision is None and search.refused is None
