@@ -55,10 +55,9 @@ BURST_S = 0.2  # a bucket's burst, unknown, is taken to last this long at its ra
 MAX_MARGIN = 0.15  # a refused pace is taken to be over the limit by at most this share
 NARROW = 0.02  # readings this close agree
 RELIABLE_S = 10.0  # a 429 after running this long reads the limit within BURST_S / this
-LONG_MARGIN = 0.02  # ... and the limit is no further under the pace it refused than this
 CLIMB_S = 1.5  # under the estimate (a warm start), close the gap by 1/e this often
 APPROACH_PER_S = 0.01  # from the lower reading to the higher, at least this share of the
-APPROACH_S = 8.0  # ... lower per second, and in at most this long
+APPROACH_S = 4.0  # ... lower per second, and in at most this long
 PROBE_PER_S = 0.0001  # above a reliable estimate, grow by this share of it per second,
 PROBE_DOUBLING_S = 12.0  # ... a pace that doubles every this long without a 429
 SEEK_PER_S = 1.1  # after slow start, above its readings: multiply the rate by this a second
@@ -151,11 +150,12 @@ def decide(m: Moment, r: Reading) -> Decision:
             # Clipped: served well under the pace sent, the limit showing through.
             return made(max(bucket, floor), 0.0, True)
         # Touched it (or arrivals bunched at the edge: nginx without burst refuses two
-        # requests closer than its spacing): step back a little, further if the seek
-        # after slow start went past it, as far as what the server served if that was
+        # requests closer than its spacing): step back a little. Further if the seek
+        # after slow start went past it: as far as what the server served, if that was
         # less (never below the floor).
-        step = SEEK_STEP if last.seeking else CHEAP_STEP
-        est = (1.0 - step) * p
+        if not last.seeking:
+            return made((1.0 - CHEAP_STEP) * p / SETTLE, 0.0, True)
+        est = (1.0 - SEEK_STEP) * p
         if r.whole:
             est = min(est, max((1.0 + NARROW) * r.served, floor))
         return made(est / SETTLE, 0.0, True)
@@ -173,15 +173,14 @@ def decide(m: Moment, r: Reading) -> Decision:
         # (a server that served more than before in a second is not one).
         est = min(count, last.count)
         return made(est, est, True)
+    if m.ran_s >= RELIABLE_S:
+        # A long run: refused at the pace (or what was served in the last second) the
+        # limit is at, unless a bucket's burst carried a climb past it; then the 429 after
+        # the next run, at a steady pace, reads the bucket's rate.
+        est = max(bucket, min(p, count if count is not None else p))
+        return made(est, est, True)
     if last.bucket and bucket and abs(bucket - last.bucket) <= NARROW * bucket:
         return made(bucket, bucket, True)  # the same bucket reading twice: its rate
-    if m.ran_s >= RELIABLE_S:
-        # A long run: the bucket reading errs little, and reads low under a limiter
-        # without a burst; a climb that slow crosses a bucket's rate by little before its
-        # burst runs out (by sqrt(2 * burst * slope)).
-        over = max(LONG_MARGIN, math.sqrt(2 * BURST_S * m.slope / p))
-        est = max(bucket, (1.0 - over) * p)
-        return made(est, est, True)
     est = max(bucket, floor)
     return made(est, count if clipped and count else est, False)
 

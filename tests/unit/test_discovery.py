@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from driver_review import discovery as dv
@@ -82,15 +80,25 @@ def test_the_same_bucket_reading_twice_is_a_buckets_rate() -> None:
     assert d.reliable and d.est == d.ceiling == 60.0
 
 
-def test_after_a_long_run_the_limit_is_close_under_the_pace_refused() -> None:
-    """Refused after 20 s of a slow probe: a bucket's rate was crossed by little (its burst
-    ran out at sqrt(2 * burst * slope) over it), a window's by nothing."""
-    d = decide(
+def test_after_a_long_run_the_limit_is_where_it_refused() -> None:
+    """Refused after 20 s of climbing: a window's limit is what it served in the last
+    second; a bucket's burst may have carried the climb past its rate, which the 429 after
+    the next run, at a steady pace, reads (the same bucket reading twice)."""
+    window = decide(
         _moment(pace=60.4, ran_s=20.0, slope=0.02),
         Reading(served=60, refused=1, whole=True, bucket=57.1),
     )
-    over = max(dv.LONG_MARGIN, math.sqrt(2 * dv.BURST_S * 0.02 / 60.4))
-    assert d.reliable and d.est == pytest.approx((1 - over) * 60.4)
+    assert window.reliable and window.est == 60
+    bucket = decide(
+        _moment(pace=68.0, ran_s=10.2, slope=5.0),
+        Reading(served=68, refused=1, whole=True, bucket=60.1),
+    )
+    assert bucket.est == 68
+    again = decide(
+        _moment(pace=66.7, ran_s=1.6, prior=bucket.prior),
+        Reading(served=66, refused=1, whole=True, bucket=60.0),
+    )
+    assert again.reliable and again.est == 60.0
 
 
 def test_where_a_429_costs_a_request_it_steps_back_a_little() -> None:
@@ -99,10 +107,11 @@ def test_where_a_429_costs_a_request_it_steps_back_a_little() -> None:
         Reading(served=60, refused=1, whole=True, bucket=50.0),
     )
     assert lone.cheap and lone.rate == pytest.approx((1 - dv.CHEAP_STEP) * 60)
-    # ... as far as what the server served, if that was less (a server delaying what it
-    # admits, nginx's burst without nodelay, serves less than it is sent) ...
+    # ... and when a seek after slow start went past the limit, further: as far as what
+    # the server served, if that was less (a server delaying what it admits, nginx's
+    # burst without nodelay, serves less than it is sent) ...
     under = decide(
-        _moment(pace=13.0, costly=False),
+        _moment(pace=13.0, costly=False, prior=Prior(seeking=True)),
         Reading(served=10, refused=1, whole=True, bucket=9.6),
     )
     assert under.rate == pytest.approx(max((1 + dv.NARROW) * 10, (1 - dv.MAX_MARGIN) * 13))
