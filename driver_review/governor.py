@@ -29,13 +29,14 @@ Policy, in order of authority:
 
 Only one decision per ``HOLDOFF_S`` (or per pause): 429s for requests sent before it say
 nothing new. Workers report successes with their next lease and 429s at once, so each
-decision is read again ``REPORTED_S`` later, once the successes from before its 429 are
-in. 429s without Retry-After that still outnumber successes ``ECHO_RATIO`` to one during a
-holdoff are an *echo*: a limiter that counts refused requests too (HAProxy) stays over its
-limit while they go on, so the governor pauses ``ECHO_PAUSE_S`` for its window to forget
-them, reads the limit again, and takes its 429s as costly from then on. A small step back
-(a cheap 429) leaves the permits already out alone; a larger one, or a pause, voids them.
-Rates stay within ``min_rate`` and ``max_rate`` of the config.
+decision is read again ``REPORTED_S`` later (after the end of its pause: workers lease
+again then), once the successes from before its 429 are in. 429s without Retry-After
+that still outnumber successes ``ECHO_RATIO`` to one during a holdoff are an *echo*: a
+limiter that counts refused requests too (HAProxy) stays over its limit while they go on,
+so the governor pauses ``ECHO_PAUSE_S`` for its window to forget them, reads the limit
+again, and takes its 429s as costly from then on. A small step back (a cheap 429) leaves
+the permits already out alone; a larger one, or a pause, voids them. Rates stay within
+``min_rate`` and ``max_rate`` of the config.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ HOLDOFF_S = 0.5  # after a decision ignore 429s this long (or to the end of its 
 # Workers report successes with their next lease, 429s at once: this long after a 429, the
 # successes from before it are in, and the decision is made again on them.
 REPORTED_S = 0.5
+PAUSED_REPORTS_S = 2.0  # ... after the end of a pause, as long as it is no longer than this
 SMALL_STEP = 0.06  # a step back no larger than this share leaves the permits out alone
 LEASE_HORIZON_S = 0.25  # a grant reaches no further ahead than this (beyond its first permit)
 HEADER_TTL_S = 30.0  # header mode lasts this long after the last RateLimit header
@@ -122,7 +124,8 @@ class RateGovernor:
         self._rate = self._clamp(self.config.initial_rate)
         self._mode: State = "slow_start"
         self._search = Discovery()
-        self._moment: Moment | None = None  # the last decision's 429, to read again
+        self._moment: Moment | None = None  # the last decision's 429, to read again ...
+        self._read_again_at = -math.inf  # ... then
         self._429s_at_decision = 0  # the count of 429s when the last decision was made
         self._epoch = 0
         self._next_slot = -math.inf
@@ -142,7 +145,7 @@ class RateGovernor:
         # 429s and successes since the last decision, while its holdoff lasts (echo test).
         self._echo_429s = self._holdoff_ok = 0
         self._echoed = False
-        self._meter = RateMeter(lag_s=LEASE_HORIZON_S, keep_s=REPORTED_S)
+        self._meter = RateMeter(lag_s=LEASE_HORIZON_S, keep_s=PAUSED_REPORTS_S + REPORTED_S)
         self._header_rate: float | None = None
         self._header_seen_at = -math.inf
         self._header_margin = HEADER_MARGIN
@@ -279,6 +282,9 @@ class RateGovernor:
             prior=search.prior(),
         )
         before, self._mode, self._moment = self._rate, "aimd", moment
+        # Workers paused by a Retry-After lease (and so report) again when it ends.
+        resume = min(self._paused_until, now + PAUSED_REPORTS_S) if paused else now
+        self._read_again_at = resume + REPORTED_S
         decision = discovery.decide(moment, self._reading(moment))
         self._rate = self._clamp(decision.rate)
         step_429s = self._n["429s"] - 1 - self._429s_at_decision
@@ -468,7 +474,7 @@ class RateGovernor:
     def _tick(self, now: float) -> None:
         """Let time act on the rate: one step per elapsed interval of activity."""
         self._last_now = max(self._last_now, now)
-        if self._moment is not None and now >= self._moment.at + REPORTED_S:
+        if self._moment is not None and now >= self._read_again_at:
             self._read_again()
         self._meter.trim(now)
         if self._interval_start is None:

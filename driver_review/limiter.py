@@ -30,11 +30,6 @@ Sleep = Callable[[float], Awaitable[None]]
 #: A permit this late is forfeited rather than spent: after a stall (a busy machine, a GC
 #: pause) spending every overdue permit at once would be a burst the server never allowed.
 MAX_LATE_S = 0.1
-#: ... and never later than this share of the spacing of its grant: two permits sent that
-#: close together are a pair a limiter on spacing refuses (nginx without ``burst`` refuses
-#: any request closer than ``1 / rate`` to the last it passed), and a loop that wakes late
-#: for one permit wakes late for the next as well.
-MAX_LATE_SPACINGS = 0.5
 
 
 class PermitBucket:
@@ -64,7 +59,6 @@ class PermitBucket:
         self._clock_name = clock_name
         self._times: deque[float] = deque()  # local monotonic times of held permits
         self._grant: Grant | None = None
-        self._rate = 0.0  # of the newest grant: how late a permit may still be spent
         self._generation = 0  # bumped when held permits are dropped
         self._lock = asyncio.Lock()  # one lease in flight at a time
         self._n = {"acquired": 0, "leases": 0, "dropped": 0, "late": 0, "empty_grants": 0}
@@ -81,7 +75,7 @@ class PermitBucket:
                 await self._sleep(delay_s)
             if generation != self._generation:
                 continue  # the permit was voided while we slept on it: take a fresh one
-            if not woke_late and self._clock() - at > self._late_s():
+            if not woke_late and self._clock() - at > self._max_late_s:
                 # Woke this late (a stalled event loop, a busy machine): every caller that
                 # slept through the stall would send at once, a burst the server never
                 # allowed. Take the next permit instead, once (a loop that is always this
@@ -98,13 +92,9 @@ class PermitBucket:
             while not self._times:
                 await self._refill()
             at = self._times.popleft()
-            if self._clock() - at <= self._late_s():
+            if self._clock() - at <= self._max_late_s:
                 return at
             self._n["late"] += 1
-
-    def _late_s(self) -> float:
-        rate = self._rate
-        return min(self._max_late_s, MAX_LATE_SPACINGS / rate) if rate > 0 else self._max_late_s
 
     async def _refill(self) -> None:
         grant = await self._lease(self._batch)
@@ -122,7 +112,6 @@ class PermitBucket:
         ):
             base = grant.issued_at  # permits it took long to deliver are late, not later
         self._grant = grant
-        self._rate = grant.rate
         self._times.extend(base + d for d in grant.delays_s)
 
     def note_epoch(self, epoch: int) -> None:

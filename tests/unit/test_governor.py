@@ -380,34 +380,6 @@ def test_permits_overdue_after_a_stall_are_forfeited_not_burst() -> None:
     assert [b - a for a, b in itertools.pairwise(times)] == pytest.approx([1 / 40] * 3)
 
 
-def test_a_permit_woken_later_than_half_its_spacing_gives_way_to_the_next() -> None:
-    """A loop woken 30 ms late for a permit at 20/s (50 ms apart) would send it 20 ms before
-    the next one: a pair a limiter on spacing refuses (nginx without burst passes nothing
-    closer than 1 / rate). Later than half a spacing, the permit is forfeited and the next
-    one taken on time; a little late is still spent."""
-
-    class LateTime(FakeTime):
-        def __init__(self, late_s: float) -> None:
-            super().__init__()
-            self.late_s = late_s
-
-        async def sleep(self, delay_s: float) -> None:
-            await super().sleep(delay_s + self.late_s)
-
-    for late_s, forfeited in ((0.03, True), (0.01, False)):
-        t = LateTime(late_s)
-        governor = RateGovernor(GovernorConfig(initial_rate=20, max_rate=20))
-        limiter = LocalLimiter(governor, clock=t.clock, sleep=t.sleep)
-
-        async def main(lim: LocalLimiter = limiter) -> None:
-            for _ in range(3):
-                await lim.acquire()
-
-        asyncio.run(main())
-        late = limiter.stats()["bucket"]["late"]
-        assert (late >= 1) is forfeited, (late_s, late)
-
-
 # --- long windows (quotas) and 503 ---------------------------------------------------------
 
 DAILY = '"burst";q=100;w=1, "daily";q=5000;w=86400'
