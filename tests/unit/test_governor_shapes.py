@@ -247,3 +247,36 @@ def test_one_glitch_in_slow_start_is_left_within_seconds(
     utilization = run.served_rate(10, 60) / rate
     print(f"{rate}/s, glitch at {at}s: utilization from 10 s {utilization:.3f}")
     assert utilization >= 0.9
+
+
+#: Held out while the governor was tuned on the cases above: other limits, latencies of
+#: 5 and 80 ms, workers in several processes with their arrivals jittered.
+HELD_OUT = [
+    pytest.param(name, ra, rate, kw, id=f"{name}-{rate}-{tag}")
+    for name, ra in SHAPES
+    for rate, kw, tag in (
+        (25, {"latency_s": 0.005}, "5ms"),
+        (100, {"latency_s": 0.08, "workers": 32}, "80ms"),
+        (200, {"latency_s": LATENCY_S, "processes": 3, "jitter_s": 0.002, "seed": 2}, "3proc"),
+    )
+]
+
+
+@pytest.mark.parametrize(("name", "retry_after", "rate", "kw"), HELD_OUT)
+def test_held_out_shapes_stay_near_what_knowing_the_limit_gets(
+    name: str, retry_after: bool, rate: float, kw: dict
+) -> None:
+    """Within 0.13 of the knowing governor, which is beaten where spacing jittered by
+    processes bounds any client (nginx without burst at 200/s, 5 ms apart at most: 0.66
+    knowing, 0.72 found) or a steady pace at 0.98 of the limit is over it (the two-window
+    estimate at 25/s). Few 429s everywhere. Today the fixed and two-window shapes trail
+    by 0.06-0.13, the others by 0.06 at most."""
+    run = simulate(ShapeServer(name, rate, retry_after=retry_after), duration_s=DURATION_S, **kw)
+    knowing = knowing_utilization(
+        ShapeServer(name, rate, retry_after=retry_after), rate, duration_s=DURATION_S, **kw
+    )
+    utilization = run.served_rate(0, DURATION_S) / rate
+    share = run.share_429(0, DURATION_S)
+    print(f"{name} {rate}/s {kw}: {utilization:.3f} (knowing {knowing:.3f}), 429s {share:.4f}")
+    assert utilization >= knowing - 0.13
+    assert share <= 0.02
