@@ -4,7 +4,10 @@ per endpoint key, and the client-side :class:`RemoteLimiter` that leases from it
 Workers lease permits a few at a time (``GovernorConfig.lease_size``) so pacing is not a
 round trip per call; successes are noted locally (how long ago each came) and travel with
 the next lease, so the governor's meter sees them when they happened, and
-only 429s and rate-limit headers are sent at once, since those change the schedule.
+only 429s and rate-limit headers are sent at once, since those change the schedule. A
+process that does not lease again soon (its work paused with the endpoint, or ran out)
+reports its successes on their own after ``REPORT_AFTER_S``: the governor reads a 429
+against what the server served just before it, from every process.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -33,6 +36,10 @@ log = logging.getLogger(__name__)
 MAX_SUCCESS_AGE_S = 5.0
 SAVE_EVERY_S = 10.0  # learnt limits reach the data dir this often (and at stop)
 MAX_UNREPORTED = 10_000  # successes kept for the next report (a lease comes long before)
+#: A success no lease took this long after it came is reported on its own (under the
+#: governor's ``REPORTED_S``, when it reads a 429 again; over the time a busy process
+#: takes between leases, so that only an idle one sends reports).
+REPORT_AFTER_S = 0.4
 
 
 class GovernorService:
@@ -63,20 +70,24 @@ class GovernorService:
                 )
         return gov
 
+    def _served(self, gov: RateGovernor, key: str, ages: Sequence[float], now: float) -> None:
+        """Successes at their ages in seconds: when they came, not when they were reported
+        (at a few requests a second a lease spans seconds, and the meter reads served
+        rates over one)."""
+        for age in ages:
+            gov.observe(200, {}, now - min(max(0.0, age), MAX_SUCCESS_AGE_S))
+        if ages:
+            tags = {"instance": self.instance, "key": key, "answer": "ok"}
+            metrics.endpoint_answers().inc(len(ages), tags)
+
     async def lease(self, key: str, n: int, successes: int | Sequence[float] = 0) -> Grant:
         """Permits for ``key``. ``successes``: the caller's answers other than 429 since its
         last lease, as their ages in seconds (or a count, taken as answered now)."""
         gov = self._get(key)
         now = time.monotonic()
-        ages = [0.0] * successes if isinstance(successes, int) else successes
-        for age in ages:
-            # When they came, not when they were reported: at a few requests a second a
-            # lease spans seconds, and the meter reads served rates over one.
-            gov.observe(200, {}, now - min(max(0.0, age), MAX_SUCCESS_AGE_S))
+        self._served(gov, key, [0.0] * successes if isinstance(successes, int) else successes, now)
         grant = dataclasses.replace(gov.lease(n, now), issued_at=now, clock=self._clock)
         tags = {"instance": self.instance, "key": key}
-        if ages:
-            metrics.endpoint_answers().inc(len(ages), {**tags, "answer": "ok"})
         metrics.governor_rate().set(gov.rate, tags)
         metrics.governor_limit().set(gov.stats(now)["limit_estimate"] or 0.0, tags)
         if self._store and now - self._saved_at >= SAVE_EVERY_S and self._saving is None:
@@ -121,14 +132,15 @@ class GovernorService:
         what the server served just before it."""
         gov = self._get(key)
         now = time.monotonic()
-        for age in successes:
-            gov.observe(200, {}, now - min(max(0.0, age), MAX_SUCCESS_AGE_S))
-        answers = metrics.endpoint_answers()
+        self._served(gov, key, successes, now)
         tags = {"instance": self.instance, "key": key}
-        if successes:
-            answers.inc(len(successes), {**tags, "answer": "ok"})
-        answers.inc(1, {**tags, "answer": str(status) if status in (429, 503) else "ok"})
+        answer = str(status) if status in (429, 503) else "ok"
+        metrics.endpoint_answers().inc(1, {**tags, "answer": answer})
         return gov.observe(status, headers, now)
+
+    async def report(self, key: str, successes: Sequence[float]) -> None:
+        """Successes (ages in seconds) of a caller that is not leasing again soon."""
+        self._served(self._get(key), key, successes, time.monotonic())
 
     async def busy_spans(self) -> dict[str, list[tuple[float, float]]]:
         """Per key, when demand kept its schedule full (``time.monotonic`` of this node)."""
@@ -176,6 +188,7 @@ class RemoteLimiter:
         self.rate: float | None = None
         self._paused_until = 0.0  # monotonic, as of the last lease or Retry-After seen
         self._pending: set[asyncio.Task] = set()
+        self._report_timer: asyncio.TimerHandle | None = None
 
     async def _lease(self, n: int) -> Grant:
         grant = await self.governor.lease(self.key, n, self._ages())
@@ -218,19 +231,39 @@ class RemoteLimiter:
         if not has_policy:
             if len(self._successes) < MAX_UNREPORTED:
                 self._successes.append(time.monotonic())
+            if self._report_timer is None:
+                self._report_timer = asyncio.get_running_loop().call_later(
+                    REPORT_AFTER_S, self._report
+                )
             return
         if pause_s is not None:
             # Known here at once, before the governor's answer: demand stops for it.
             self._paused_until = max(self._paused_until, time.monotonic() + pause_s)
         if status == 429 or pause_s is not None:
             self._bucket.drop()  # a pause or a slower schedule is coming: don't spend these
-        task = asyncio.get_running_loop().create_task(
-            self.governor.observe(self.key, status, dict(headers), self._ages())
-        )
+        self._send(self.governor.observe(self.key, status, dict(headers), self._ages()))
+
+    def _report(self, *, closing: bool = False) -> None:
+        """Report the successes no lease took within ``REPORT_AFTER_S``; if a lease took
+        the older ones, wait for the oldest left to come of that age."""
+        self._report_timer = None
+        if not self._successes:
+            return
+        wait_s = self._successes[0] + REPORT_AFTER_S - time.monotonic()
+        if wait_s > 0.001 and not closing:
+            self._report_timer = asyncio.get_running_loop().call_later(wait_s, self._report)
+            return
+        self._send(self.governor.report(self.key, self._ages()))
+
+    def _send(self, call: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(call)
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
     async def aclose(self) -> None:
+        if self._report_timer is not None:
+            self._report_timer.cancel()
+        self._report(closing=True)
         await self._bucket.aclose()
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)

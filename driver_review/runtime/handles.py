@@ -146,6 +146,9 @@ class GovernorClient(ActorRef):
     ) -> int:
         return int(await self.call("observe", key, status, dict(headers), successes))
 
+    async def report(self, key: str, successes: Sequence[float]) -> None:
+        await self.call("report", key, successes)
+
     async def flush(self) -> int:
         """Save what changed of the learnt limits; how many endpoints were written."""
         return int(await self.call("flush"))

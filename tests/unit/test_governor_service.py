@@ -1,12 +1,13 @@
 """The governor actor's class without Ray: successes are reported with their ages (the
-meter sees them when they happened), and those before a 429 travel with it."""
+meter sees them when they happened), those before a 429 travel with it, and an idle
+process's reach it on their own."""
 
 from __future__ import annotations
 
 import asyncio
 
 from driver_review.config import GovernorConfig
-from driver_review.runtime.governor_actor import GovernorService
+from driver_review.runtime.governor_actor import REPORT_AFTER_S, GovernorService, RemoteLimiter
 
 KEY = "http://127.0.0.1:9"
 
@@ -35,3 +36,43 @@ def test_the_successes_before_a_429_reach_the_governor_with_it() -> None:
 
     at_429 = asyncio.run(run())
     assert at_429["ok"] == 40 and at_429["429s"] == 1
+
+
+class _Counting(GovernorService):
+    """The service in-process, counting the reports that came on their own."""
+
+    reports = 0
+
+    async def report(self, key: str, successes) -> None:  # type: ignore[no-untyped-def]
+        self.reports += 1
+        await super().report(key, successes)
+
+
+def test_an_idle_process_reports_its_successes_on_its_own() -> None:
+    """A process that stops leasing (its work paused with the endpoint, or ran out) still
+    has its successes reach the meter within REPORT_AFTER_S, at the ages they came; one
+    that keeps leasing sends them with its leases and nothing else."""
+
+    async def run() -> tuple[int, dict, int, dict]:
+        idle_service = _Counting(GovernorConfig(), instance="t")
+        idle = RemoteLimiter(idle_service, KEY, batch=4)  # type: ignore[arg-type]
+        await idle.acquire()
+        for _ in range(3):
+            idle.observe(200, {})
+        await asyncio.sleep(0.05)
+        before = (await idle_service.stats())[KEY]["ok"]
+        await asyncio.sleep(REPORT_AFTER_S + 0.1)
+        idle_stats = (await idle_service.stats())[KEY]
+
+        busy_service = _Counting(GovernorConfig(initial_rate=200.0), instance="t")
+        busy = RemoteLimiter(busy_service, KEY, batch=4)  # type: ignore[arg-type]
+        for _ in range(100):  # about 0.5 s at 200/s: a lease every 20 ms takes them
+            await busy.acquire()
+            busy.observe(200, {})
+        busy_reports = busy_service.reports
+        await busy.aclose()  # what is left goes with the close
+        return before, idle_stats, busy_reports, (await busy_service.stats())[KEY]
+
+    before, idle, busy_reports, busy = asyncio.run(run())
+    assert before == 0 and idle["ok"] == 3
+    assert busy_reports == 0 and busy["ok"] == 100
