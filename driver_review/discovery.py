@@ -96,6 +96,7 @@ class Moment:
     costly: bool  # it paused every caller: Retry-After, or an echo
     run_from: float  # when that run began (the end of the last pause or decision)
     prior: Prior
+    refused: float | None = None  # the lowest pace refused before, since the limit rose
 
 
 @dataclass(frozen=True)
@@ -176,8 +177,12 @@ def decide(m: Moment, r: Reading) -> Decision:
     if m.ran_s >= RELIABLE_S:
         # A long run: refused at the pace (or what was served in the last second) the
         # limit is at, unless a bucket's burst carried a climb past it; then the 429 after
-        # the next run, at a steady pace, reads the bucket's rate.
-        est = max(bucket, min(p, count if count is not None else p))
+        # the next run, at a steady pace, reads the bucket's rate. A pace clearly under
+        # this one was refused before: no window's limit is up here (a window never
+        # refuses under its limit), so a burst carried the climb: the bucket's rate.
+        high = min(p, count if count is not None else p)
+        refuted = m.refused is not None and m.refused < (1.0 - NARROW) * high
+        est = bucket if refuted and bucket else max(bucket, high)
         return made(est, est, True)
     if last.bucket and bucket and abs(bucket - last.bucket) <= NARROW * bucket:
         return made(bucket, bucket, True)  # the same bucket reading twice: its rate

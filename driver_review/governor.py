@@ -280,6 +280,7 @@ class RateGovernor:
             costly=paused or self._n["echo_pauses"] > 0,
             run_from=search.decided_at,
             prior=search.prior(),
+            refused=search.refused,
         )
         before, self._mode, self._moment = self._rate, "aimd", moment
         # Workers paused by a Retry-After lease (and so report) again when it ends.

@@ -101,6 +101,20 @@ def test_after_a_long_run_the_limit_is_where_it_refused() -> None:
     assert again.reliable and again.est == 60.0
 
 
+def test_a_long_run_past_a_pace_refused_before_reads_the_bucket() -> None:
+    """Refused at 98/s before, now after 12 s of climbing to 105.8/s: a window with its
+    limit up at 105 would never have refused 98, so a bucket's burst carried the climb
+    and its reading is the limit. A pace refused before that is within NARROW of this one
+    refutes nothing (jitter at the same limit)."""
+    reading = Reading(served=105, refused=1, whole=True, bucket=100.2)
+    bucket = decide(_moment(pace=105.8, ran_s=12.0, slope=1.0, refused=98.0), reading)
+    assert bucket.reliable and bucket.est == 100.2
+    near = decide(_moment(pace=105.8, ran_s=12.0, slope=1.0, refused=104.5), reading)
+    assert near.est == 105
+    never = decide(_moment(pace=105.8, ran_s=12.0, slope=1.0), reading)
+    assert never.est == 105
+
+
 def test_where_a_429_costs_a_request_it_steps_back_a_little() -> None:
     lone = decide(
         _moment(pace=60.0, costly=False),
