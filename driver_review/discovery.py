@@ -41,8 +41,9 @@ readings are combined by how the 429 came about.
 
 After slow start the readings are guesses (the pace doubled past the limit on the way,
 so a window saw a burst a bucket would not have passed): the rate lands on the lower
-one and, once at the higher, *seeks* upward (``SEEK_PER_S``, faster where a 429 is
-cheap) until the next 429, so a limiter read far too low is soon left.
+one, climbs to the higher in ``SEEK_APPROACH_S`` and *seeks* upward from there
+(``SEEK_PER_S``, faster where a 429 is cheap) until the next 429, so a limiter read far
+too low is soon left.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ APPROACH_PER_S = 0.01  # from the lower reading to the higher, at least this sha
 APPROACH_S = 4.0  # ... lower per second, and in at most this long
 PROBE_PER_S = 0.0001  # above a reliable estimate, grow by this share of it per second,
 PROBE_DOUBLING_S = 12.0  # ... a pace that doubles every this long without a 429
+SEEK_APPROACH_S = 2.0  # after slow start, approach the higher reading in this long
 SEEK_PER_S = 1.1  # after slow start, above its readings: multiply the rate by this a second
 CHEAP_SEEK_PER_S = 1.25  # ... where a 429 is cheap
 SEEK_STEP = 0.05  # the 429 that ends a cheap seek steps back this share of its pace
@@ -285,7 +287,8 @@ class Discovery:
             # so that a limit under it is crossed gently (a bucket's burst lets a steep
             # climb run far past its rate before it refuses).
             self._reached_at = now
-            step = max(APPROACH_PER_S * est, (ceiling - est) / APPROACH_S) * elapsed_s
+            approach_s = SEEK_APPROACH_S if d.seeking else APPROACH_S
+            step = max(APPROACH_PER_S * est, (ceiling - est) / approach_s) * elapsed_s
             return min(SETTLE * ceiling, rate + step)
         if d.reliable:
             # Start slow and double the pace every PROBE_DOUBLING_S without a 429: a good
