@@ -34,16 +34,19 @@ def test_the_second_sweep_starts_at_the_learnt_limit_without_429s(sim_factory, t
     cold, _ = _sweep(sim_factory, port, data_dir)
     learnt = json.loads((tmp_path / "data" / "governor" / "endpoints.json").read_text())
     entry = learnt["endpoints"][f"http://127.0.0.1:{port}"]
-    # What the cold run's governor ended on is what was kept; never above the limit. How
-    # close below it cold discovery comes is the benchmark's to measure: a CI machine short
-    # of CPU bunched requests into a burst the bucket refused and learnt 17.7/s of 100.
+    # What the cold run's governor ended on is what was kept; a safe rate, if one held
+    # since the last 429 said less, never above the limit. How close below it cold
+    # discovery comes is the benchmark's to measure: a CI machine short of CPU bunched
+    # requests into a burst the bucket refused and learnt 17.7/s of 100.
+    assert entry["limit_estimate"] is not None, entry
     assert entry["limit_estimate"] == pytest.approx(cold["limit_estimate"]), (entry, cold)
-    assert 0 < entry["safe_rate"] <= 1.05 * LIMIT, entry
+    assert entry["safe_rate"] is None or 0 < entry["safe_rate"] <= 1.05 * LIMIT, entry
 
     warm, warm_stats = _sweep(sim_factory, port, data_dir)
     print(
-        f"cold: {cold['429s']} 429s, safe rate then {entry['safe_rate']:.1f}/s; warm: "
-        f"{warm['429s']} 429s, started at {warm['warm_start']}, rate now {warm['rate']:.1f}"
+        f"cold: {cold['429s']} 429s, estimate {entry['limit_estimate']:.1f}/s, safe rate "
+        f"{entry['safe_rate']}; warm: {warm['429s']} 429s, started at "
+        f"{warm['warm_start']}, rate now {warm['rate']:.1f}"
     )
     assert cold["warm_start"] is None and warm["warm_start"] is not None
     assert warm["warm_start"]["age_s"] < 300
