@@ -72,6 +72,19 @@ def test_all_that_was_sent_twice_is_no_window() -> None:
     assert d.est == max(55.0, (1 - dv.MAX_MARGIN) * 63.7)
 
 
+def test_a_count_under_a_climbing_pace_is_not_clipped_by_the_climb() -> None:
+    """Seeking at 1.1x a second, a token bucket of 50 (burst 10) refused at 59.6/s after
+    serving 57 in the second before: all it was sent over that second, whose pace rose
+    from 54 to 59.6. That is no window's limit, and the rate does not climb back to it."""
+    prior = Prior(count=33.0, clipped=True, bucket=51.4, seeking=True)
+    reading = Reading(served=57, refused=1, whole=True, bucket=50.2)
+    climbing = decide(_moment(pace=59.6, ran_s=4.5, slope=5.7, prior=prior), reading)
+    assert not climbing.prior.clipped and climbing.ceiling == climbing.est == 0.85 * 59.6
+    # The same count at a steady pace of 59.6 was clipped: 57 of 59.6 sent.
+    steady = decide(_moment(pace=59.6, ran_s=4.5, slope=0.0, prior=prior), reading)
+    assert steady.prior.clipped and steady.ceiling == 57
+
+
 def test_the_same_bucket_reading_twice_is_a_buckets_rate() -> None:
     d = decide(
         _moment(pace=64.5, ran_s=5.0, prior=Prior(bucket=60.2)),
