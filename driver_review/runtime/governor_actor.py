@@ -188,6 +188,7 @@ class RemoteLimiter:
         self.rate: float | None = None
         self._paused_until = 0.0  # monotonic, as of the last lease or Retry-After seen
         self._pending: set[asyncio.Task] = set()
+        self._send_failing = False  # a call sent without waiting failed: logged once
         self._report_timer: asyncio.TimerHandle | None = None
 
     async def _lease(self, n: int) -> Grant:
@@ -256,9 +257,24 @@ class RemoteLimiter:
         self._send(self.governor.report(self.key, self._ages()))
 
     def _send(self, call: Coroutine[Any, Any, Any]) -> None:
+        """Send a 429 or a report without waiting; a failure (the governor restarting) is
+        logged once until a call goes through again: the next lease carries on."""
         task = asyncio.get_running_loop().create_task(call)
         self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task) -> None:
+        self._pending.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            self._send_failing = False
+        elif not self._send_failing:
+            self._send_failing = True
+            log.warning(
+                "governor call for %s failed: %s: %s", self.key, type(error).__name__, error
+            )
 
     async def aclose(self) -> None:
         if self._report_timer is not None:

@@ -1,11 +1,13 @@
 """The governor actor's class without Ray: successes are reported with their ages (the
 meter sees them when they happened), those before a 429 travel with it, and an idle
-process's reach it on their own."""
+process's reach it on their own; a send that fails is logged once."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+
+import pytest
 
 from driver_review.config import GovernorConfig
 from driver_review.runtime.governor_actor import REPORT_AFTER_S, GovernorService, RemoteLimiter
@@ -79,3 +81,46 @@ def test_an_idle_process_reports_its_successes_on_its_own() -> None:
     waited_s, idle, busy_reports, busy = asyncio.run(run())
     assert idle["ok"] == 3 and REPORT_AFTER_S - 0.05 <= waited_s < 5.0, waited_s
     assert busy_reports == 0 and busy["ok"] == 100
+
+
+class _Down(GovernorService):
+    """The service whose 429 calls fail while ``down`` (the actor restarting)."""
+
+    down = True
+
+    async def observe(self, key, status, headers, successes=()):  # type: ignore[no-untyped-def]
+        if self.down:
+            raise ConnectionError("actor restarting")
+        return await super().observe(key, status, headers, successes)
+
+
+def test_a_failed_call_sent_without_waiting_is_logged_once_per_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """429s are sent to the governor without waiting. While it is down each send fails:
+    one warning says so (not one per 429, and no 'Task exception was never retrieved'),
+    and one more after a call went through and the next failed."""
+
+    async def run() -> None:
+        service = _Down(GovernorConfig(), instance="t")
+        limiter = RemoteLimiter(service, KEY, batch=4)  # type: ignore[arg-type]
+        for _ in range(5):
+            limiter.observe(429, {})
+        await asyncio.sleep(0.05)
+        service.down = False
+        limiter.observe(429, {})
+        await asyncio.sleep(0.05)
+        service.down = True
+        limiter.observe(429, {})
+        await asyncio.sleep(0.05)
+        assert not limiter._pending  # every task done and its outcome read
+        await limiter.aclose()
+
+    with caplog.at_level("WARNING", logger="driver_review.runtime.governor_actor"):
+        asyncio.run(run())
+    failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert (
+        failed
+        == ["governor call for http://127.0.0.1:9 failed: ConnectionError: actor restarting"] * 2
+    )
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
