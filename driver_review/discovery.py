@@ -32,6 +32,10 @@ readings are combined by how the 429 came about.
   pace sent; the same bucket reading twice) or taken after ``RELIABLE_S`` is *reliable*:
   above it the rate probes up very slowly (``PROBE_PER_S``, doubling every
   ``PROBE_DOUBLING_S``), crossing a limit that stays put about once a minute.
+  A server that served all it was sent up to the 429 is a window at that count, or a
+  bucket whose burst carried a climb past its rate: the rate holds at the count
+  (``VERIFY_S``), which a window never refuses and a bucket soon does, at a steady pace
+  whose bucket reading is then taken.
 - *cheap*: a 429 without Retry-After costs a request (nginx). The rate steps back by
   ``CHEAP_STEP`` and climbs so that about ``CHEAP_SHARE`` of requests draw one (an
   additive increase against a multiplicative decrease), slowed by how many 429s a step
@@ -48,6 +52,7 @@ too low is soon left.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -72,6 +77,8 @@ CHEAP_DOUBLING_S = 10.0  # ... a growth that doubles every this long without a 4
 CLIP = 0.9  # served under this share of the pace sent: the server clipped it ...
 MIN_REFUSED = 3  # ... with at least this many 429s, when a 429 costs a request
 MIN_SAMPLES = 5  # fewer successes than this in a second say nothing of the limit
+VERIFY_RAN_S = 3.0  # a count read after a shorter run may hold a pause's edge
+VERIFY_S = RELIABLE_S  # held this long at a count without a 429: the count is the limit
 HOLD_S = 2.0  # busy this long at a rate without a 429: the rate is safe
 REPROBE = 1.15  # this far over the lowest pace refused without a 429: the limit rose
 
@@ -84,6 +91,7 @@ class Prior:
     clipped: bool = False  # that count was clearly under the pace refused
     bucket: float = 0.0
     seeking: bool = False  # the rate was seeking after slow start
+    holding: bool = False  # the rate was held at a count to verify it
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,7 @@ class Decision:
     seeking: bool  # after slow start: seek above the ceiling
     cheap: bool  # a 429 costs a request
     prior: Prior  # for the next decision
+    verify: bool = False  # hold at the ceiling (no climb) and take it once held VERIFY_S
 
     @property
     def rate(self) -> float:
@@ -138,14 +147,17 @@ def decide(m: Moment, r: Reading) -> Decision:
     clipped = count is not None and count + 1.0 <= (1.0 - NARROW) * (p - m.slope / 2)
     last = m.prior
 
-    def made(est: float, ceiling: float, reliable: bool, *, seeking: bool = False) -> Decision:
+    def made(
+        est: float, ceiling: float, reliable: bool, *, seeking: bool = False, verify: bool = False
+    ) -> Decision:
         return Decision(
             est,
             max(est, ceiling),
             reliable,
             seeking,
             not m.costly,
-            Prior(count, clipped, bucket, seeking),
+            Prior(count, clipped, bucket, seeking, verify and ceiling > est),
+            verify and ceiling > est,
         )
 
     if not m.costly:
@@ -191,6 +203,15 @@ def decide(m: Moment, r: Reading) -> Decision:
     if last.bucket and bucket and abs(bucket - last.bucket) <= NARROW * bucket:
         return made(bucket, bucket, True)  # the same bucket reading twice: its rate
     est = max(bucket, floor)
+    if last.holding and bucket:
+        # Refused at the count held to verify it (or on the way): no window there.
+        return made(est, est, True)
+    if count is not None and not clipped and m.ran_s >= VERIFY_RAN_S:
+        # Served all it was sent: a window at the count, or a bucket whose burst carried
+        # the climb past its rate (the bucket reading). Hold just under the count: a
+        # bucket refuses again soon at that steady pace (its reading then good); a window
+        # never does, and the count is taken.
+        return made(est, count, False, verify=True)
     return made(est, count if clipped and count else est, False)
 
 
@@ -209,6 +230,7 @@ class Discovery:
         self._hold_rate = 0.0
         self._reached_at = -math.inf  # when the rate last climbed to SETTLE of the ceiling
         self._step_429s = 0.0  # 429s per decision, on average (cheap: see grow)
+        self._verified_s = 0.0  # busy time held at a ceiling to verify
 
     @property
     def estimate(self) -> float | None:
@@ -239,7 +261,7 @@ class Discovery:
     def start(self, rate: float, since: float) -> None:
         """The rate is set afresh at ``since``: the hold and the probe start from there."""
         self._hold_rate = rate
-        self._held_s = self.ran_s = 0.0
+        self._held_s = self.ran_s = self._verified_s = 0.0
         self.decided_at = since
 
     def seed(self, est: float, rate: float, now: float, *, refused: float | None = None) -> None:
@@ -292,6 +314,18 @@ class Discovery:
             approach_s = SEEK_APPROACH_S if d.seeking else APPROACH_S
             step = max(APPROACH_PER_S * est, (ceiling - est) / approach_s) * elapsed_s
             return min(SETTLE * ceiling, rate + step)
+        if d.verify:
+            self._verified_s += elapsed_s
+            if self._verified_s >= VERIFY_S:
+                self.decision = dataclasses.replace(
+                    d,
+                    est=ceiling,
+                    reliable=True,
+                    verify=False,
+                    prior=dataclasses.replace(d.prior, holding=False),
+                )
+                self._reached_at = now
+            return rate
         if d.reliable:
             # Start slow and double the pace every PROBE_DOUBLING_S without a 429: a good
             # estimate keeps the rate just under the limit for long.

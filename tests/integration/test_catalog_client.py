@@ -134,9 +134,9 @@ def test_local_limiter_converges_near_an_undisclosed_limit(sim_factory) -> None:
 
     Discovery here takes two or three crossings: slow start's, the one that confirms or
     refutes its readings, and, when the two bucket readings differ by more than NARROW,
-    one more after a slow approach (the bucket's burst carries it to about 15 s). Each
-    pauses for the simulator's Retry-After (1 s). The rate is measured from 1.5 s after
-    the last 429 to the end, at least 4 s."""
+    one more while the rate holds at what the server served before the second, to tell a
+    window from a bucket (at about 12 s). Each pauses for the simulator's Retry-After
+    (1 s). The rate is measured from 1.5 s after the last 429 to the end, at least 4 s."""
     sim = sim_factory(SimSettings(drivers=500, seed=2, rate_limit=50, latency_ms=5))
     duration_s = 24.0
     governor = RateGovernor(GovernorConfig())

@@ -75,14 +75,50 @@ def test_all_that_was_sent_twice_is_no_window() -> None:
 def test_a_count_under_a_climbing_pace_is_not_clipped_by_the_climb() -> None:
     """Seeking at 1.1x a second, a token bucket of 50 (burst 10) refused at 59.6/s after
     serving 57 in the second before: all it was sent over that second, whose pace rose
-    from 54 to 59.6. That is no window's limit, and the rate does not climb back to it."""
+    from 54 to 59.6. That is no window's limit showing through (it would be held to be
+    verified, below); at a steady 59.6/s the same count was clipped."""
     prior = Prior(count=33.0, clipped=True, bucket=51.4, seeking=True)
     reading = Reading(served=57, refused=1, whole=True, bucket=50.2)
     climbing = decide(_moment(pace=59.6, ran_s=4.5, slope=5.7, prior=prior), reading)
-    assert not climbing.prior.clipped and climbing.ceiling == climbing.est == 0.85 * 59.6
-    # The same count at a steady pace of 59.6 was clipped: 57 of 59.6 sent.
+    assert not climbing.prior.clipped and climbing.verify
     steady = decide(_moment(pace=59.6, ran_s=4.5, slope=0.0, prior=prior), reading)
-    assert steady.prior.clipped and steady.ceiling == 57
+    assert steady.prior.clipped and steady.ceiling == 57 and not steady.verify
+
+
+def test_a_count_served_in_full_is_held_to_tell_a_window_from_a_bucket() -> None:
+    """Climbing 1% a second, refused at 60.7/s after serving 60 of it: a window of 60, or a
+    bucket of 57.3 (the bucket reading) whose burst carried the climb past it. The rate
+    holds at SETTLE of the count: a window never refuses there and after VERIFY_S the
+    count is the limit; a bucket refuses again, at a steady pace, and its reading is taken.
+    A count read within VERIFY_RAN_S of a pause may hold the pause's edge: not held."""
+    reading = Reading(served=60, refused=1, whole=True, bucket=57.3)
+    d = decide(_moment(pace=60.7, ran_s=9.0, slope=0.6), reading)
+    assert d.verify and not d.reliable and d.est == 57.3 and d.ceiling == 60
+    short = decide(_moment(pace=60.7, ran_s=dv.VERIFY_RAN_S - 0.5, slope=0.6), reading)
+    assert not short.verify and short.ceiling == short.est == 57.3
+
+    # A window: the approach to SETTLE of the count, a hold there, then the count is taken.
+    search = Discovery()
+    search.apply(d, _moment(pace=60.7), d.rate, 0.0, 1)
+    rate, now, path = d.rate, 0.0, []
+    while now < 4.0 + dv.VERIFY_S + 2.0:
+        now += 0.125
+        grown = search.grow(rate, now, 0.125)
+        assert grown is not None
+        rate = grown
+        path.append((now, rate))
+    held = [r for t, r in path if 4.0 < t <= 4.0 + dv.VERIFY_S - 0.5]
+    assert held and all(r == pytest.approx(dv.SETTLE * 60) for r in held)
+    assert search.decision is not None and search.decision.reliable
+    assert search.estimate == 60 and rate < 60
+
+    # A bucket: refused at the count held, its reading is taken (here 2.3% from the one
+    # before, too far to confirm it), and not held again.
+    again = decide(
+        _moment(pace=dv.SETTLE * 60, ran_s=6.0, prior=d.prior),
+        Reading(served=59, refused=1, whole=True, bucket=56.0),
+    )
+    assert again.reliable and again.est == again.ceiling == 56.0 and not again.verify
 
 
 def test_the_same_bucket_reading_twice_is_a_buckets_rate() -> None:
