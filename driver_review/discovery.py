@@ -32,9 +32,10 @@ readings are combined by how the 429 came about.
   pace sent; the same bucket reading twice) or taken after ``RELIABLE_S`` is *reliable*:
   above it the rate probes up very slowly (``PROBE_PER_S``, doubling every
   ``PROBE_DOUBLING_S``), crossing a limit that stays put about once a minute.
-  A server that served all it was sent up to the 429 is a window at that count, or a
-  bucket whose burst carried a climb past its rate: the rate holds at the count
-  (``VERIFY_S``), which a window never refuses and a bucket soon does, at a steady pace
+  A server that served all it was sent up to the 429 (after ``VERIFY_RAN_S`` of running)
+  is a window at that count, or a bucket whose burst carried a climb past its rate:
+  unless the last two bucket readings agree, the rate holds at the count for
+  ``VERIFY_S``, which a window never refuses and a bucket soon does, at a steady pace
   whose bucket reading is then taken.
 - *cheap*: a 429 without Retry-After costs a request (nginx). The rate steps back by
   ``CHEAP_STEP`` and climbs so that about ``CHEAP_SHARE`` of requests draw one (an

@@ -272,8 +272,9 @@ class RemoteLimiter:
             self._send_failing = False
         elif not self._send_failing:
             self._send_failing = True
+            first_line = next(iter(str(error).splitlines()), "")  # Ray's carry tracebacks
             log.warning(
-                "governor call for %s failed: %s: %s", self.key, type(error).__name__, error
+                "governor call for %s failed: %s: %s", self.key, type(error).__name__, first_line
             )
 
     async def aclose(self) -> None:
