@@ -151,14 +151,15 @@ def decide(m: Moment, r: Reading) -> Decision:
     def made(
         est: float, ceiling: float, reliable: bool, *, seeking: bool = False, verify: bool = False
     ) -> Decision:
+        holding = verify and ceiling > est
         return Decision(
             est,
             max(est, ceiling),
             reliable,
             seeking,
             not m.costly,
-            Prior(count, clipped, bucket, seeking, verify and ceiling > est),
-            verify and ceiling > est,
+            Prior(count, clipped, bucket, seeking, holding),
+            holding,
         )
 
     if not m.costly:

@@ -104,15 +104,19 @@ def test_a_failed_call_sent_without_waiting_is_logged_once_per_outage(
     async def run() -> None:
         service = _Down(GovernorConfig(), instance="t")
         limiter = RemoteLimiter(service, KEY, batch=4)  # type: ignore[arg-type]
+
+        async def sent() -> None:  # the sends so far done (their callbacks run first)
+            await asyncio.gather(*list(limiter._pending), return_exceptions=True)
+
         for _ in range(5):
             limiter.observe(429, {})
-        await asyncio.sleep(0.05)
+        await sent()
         service.down = False
         limiter.observe(429, {})
-        await asyncio.sleep(0.05)
+        await sent()
         service.down = True
         limiter.observe(429, {})
-        await asyncio.sleep(0.05)
+        await sent()
         assert not limiter._pending  # every task done and its outcome read
         await limiter.aclose()
 
