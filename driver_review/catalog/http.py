@@ -68,6 +68,7 @@ from driver_review.errors import (
     one_line,
 )
 from driver_review.identifiers import redact_httpx_logs, redact_in, shown
+from driver_review.limiter import Trace, on_time
 from driver_review.quarantine import BadRow, bad_row, model_problem, summary_problem
 from driver_review.retry import Backoff, parse_retry_after
 
@@ -315,11 +316,13 @@ class HttpCatalog:
         attempts = self.config.max_attempts
         for attempt in range(1, attempts + 1):
             of = f"(attempt {attempt}/{attempts})"
+            trace = None
             if self._limiter is not None:
                 await self._limiter.acquire()
+                trace = on_time(self._limiter.acquire, clock=self._clock)
             started = self._clock()
             try:
-                resp = await self._send(route, method, path, params, json, headers)
+                resp = await self._send(route, method, path, params, json, headers, trace)
             except ResponseTooLarge:
                 self._record(route, "too_large", self._clock() - started)
                 raise
@@ -357,12 +360,15 @@ class HttpCatalog:
         params: Mapping[str, str] | None,
         json: Any,
         headers: Mapping[str, str] | None,
+        trace: Trace | None = None,
     ) -> httpx.Response:
         """The response with its body read, but never more than the route's byte cap."""
         cap = self._caps.get(route, self.config.max_record_bytes)
         request = self._client.build_request(
             method, path, params=params, json=json, headers=headers
         )
+        if trace is not None:
+            request.extensions["trace"] = trace  # a slow new connection takes a fresh permit
         resp = await self._client.send(request, stream=True)
         try:
             declared = resp.headers.get("content-length", "")

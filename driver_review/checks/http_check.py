@@ -35,6 +35,7 @@ from driver_review.errors import (
     one_line,
 )
 from driver_review.identifiers import endpoint_key, redact_httpx_logs, redact_url
+from driver_review.limiter import on_time
 from driver_review.retry import parse_retry_after
 
 redact_httpx_logs()  # httpx logs each request's whole URL, credentials and all
@@ -132,16 +133,22 @@ class HttpCheck:
 
     async def _post(self, body: dict[str, str], ctx: CheckContext) -> httpx.Response:
         auth: Any = self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT
+        # The permit was just taken: a slow new connection waits for a fresh one.
+        extensions = {"trace": on_time(ctx.limiter.acquire)} if ctx.limiter is not None else {}
         try:
             # httpx bounds each phase; this bounds the whole exchange (a server trickling
             # bytes would otherwise never time out).
             async with asyncio.timeout(self.timeout_s):
                 if ctx.http is not None:
                     return await ctx.http.post(
-                        self.url, json=body, timeout=self.timeout_s, auth=auth
+                        self.url,
+                        json=body,
+                        timeout=self.timeout_s,
+                        auth=auth,
+                        extensions=extensions,
                     )
                 async with httpx.AsyncClient(timeout=self.timeout_s) as client:
-                    return await client.post(self.url, json=body, auth=auth)
+                    return await client.post(self.url, json=body, auth=auth, extensions=extensions)
         except (TimeoutError, httpx.TimeoutException) as exc:
             raise TransportError(f"{self._where}: timed out after {self.timeout_s:g}s") from exc
         except httpx.HTTPError as exc:

@@ -87,6 +87,40 @@ def test_an_unchanged_driver_answers_304_to_its_etag(sim_factory) -> None:
     assert sim_stats(sim.url)["driver_not_modified"] == 1
 
 
+def test_a_request_that_opens_a_connection_too_late_for_its_permit_waits_for_a_fresh_one(
+    sim_factory,
+) -> None:
+    """httpcore names the events ``on_time`` waits on: a request whose connection is new
+    takes a second permit when it would leave late; one on a connection kept alive does
+    not. The clock makes every request late (1 s between readings)."""
+    sim = sim_factory(SimSettings(drivers=5, seed=1))
+    ticks = iter(range(10_000))
+
+    class Counting:
+        acquired = 0
+
+        async def acquire(self) -> None:
+            self.acquired += 1
+
+        def observe(self, status: int, headers: Mapping[str, str]) -> None:
+            pass
+
+    async def main() -> int:
+        limiter = Counting()
+        catalog = HttpCatalog(
+            CatalogConfig(url=sim.url), limiter=limiter, clock=lambda: float(next(ticks))
+        )
+        try:
+            for _ in range(3):  # one after another: the first connection is kept alive
+                record, _ = await catalog.get_driver("drv-000001")
+                assert record is not None
+        finally:
+            await catalog.aclose()
+        return limiter.acquired
+
+    assert asyncio.run(main()) == 3 + 1
+
+
 # --- rate: discovery and Retry-After -----------------------------------------------------
 
 

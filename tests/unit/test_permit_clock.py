@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from driver_review.governor import Grant
-from driver_review.limiter import PermitBucket
+from driver_review.limiter import LATE_SEND_S, PermitBucket, on_time
 
 
 def _spent_at(grant_clock: str | None, bucket_clock: str | None) -> list[float]:
@@ -74,3 +74,39 @@ def test_callers_that_slept_through_a_stall_do_not_send_together() -> None:
     stats = asyncio.run(run())
     assert stats["late"] >= 1
     assert len(spent) == 3 and len(set(spent)) == 3, spent  # not all in one instant
+
+
+def _holds(events: list[tuple[str, float]]) -> int:
+    """How many fresh permits ``on_time`` waited for, the permit taken at 0.0 and each
+    httpcore event at its time."""
+    now = [0.0]
+    acquired = [0]
+
+    async def acquire() -> None:
+        acquired[0] += 1
+
+    async def main() -> None:
+        trace = on_time(acquire, clock=lambda: now[0])
+        for name, at in events:
+            now[0] = at
+            await trace(name, {})
+
+    asyncio.run(main())
+    return acquired[0]
+
+
+def test_a_request_late_for_its_permit_because_it_opened_a_connection_takes_a_fresh_one() -> None:
+    late = LATE_SEND_S * 3
+    connect = [("connection.connect_tcp.started", 0.0), ("connection.connect_tcp.complete", late)]
+    assert _holds([*connect, ("http11.send_request_headers.started", late)]) == 1
+    assert _holds([*connect, ("http2.send_request_headers.started", late)]) == 1
+    # A connection opened in time, or a request on one already open, is never held: a
+    # loop late for every request must still send.
+    assert _holds([*connect[:1], ("http11.send_request_headers.started", LATE_SEND_S / 2)]) == 0
+    assert _holds([("http11.send_request_headers.started", late)]) == 0
+    # Once per request, whatever follows.
+    again = [
+        ("http11.send_request_headers.started", late),
+        ("http11.send_request_headers.started", 2 * late),
+    ]
+    assert _holds([*connect, *again]) == 1
