@@ -50,14 +50,14 @@ def on_time(acquire: Callable[[], Awaitable[None]], *, clock: Clock = time.monot
     a request on a connection already open is never held (a loop that is late for every
     request must still send)."""
     taken = clock()
-    connected = False
+    connecting = False
 
     async def trace(event: str, info: Mapping[str, Any]) -> None:
-        nonlocal connected
+        nonlocal connecting
         if event.endswith("connect_tcp.started"):
-            connected = True
-        elif connected and event.endswith("send_request_headers.started"):
-            connected = False  # once
+            connecting = True
+        elif connecting and event.endswith("send_request_headers.started"):
+            connecting = False  # once
             if clock() - taken > LATE_SEND_S:
                 await acquire()
 
