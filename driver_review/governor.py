@@ -106,6 +106,10 @@ class Grant:
     #: overlap the next one another client got promptly (a burst the server never allowed).
     issued_at: float | None = None
     clock: str | None = None
+    #: The endpoint refuses requests bunched closer than its rate (its 429s come without
+    #: Retry-After, as nginx ``limit_req`` without ``burst`` answers a pair): a request that
+    #: leaves well after its permit waits for a fresh one (:func:`~driver_review.limiter.on_time`).
+    strict_spacing: bool = False
 
 
 class RateGovernor:
@@ -152,6 +156,8 @@ class RateGovernor:
         self._last_grant: tuple[int, int] | None = None  # (id, epoch) of the schedule's tail
         self._grant_id = 0
         self._warm: dict[str, float] | None = None  # set by warm_start
+        # The last 429 came without Retry-After: late requests wait for a fresh permit.
+        self._strict_spacing = False
         # When demand exceeded the permits: how close to its limit the endpoint ran is
         # only a fair question then (benchmark, status).
         self._busy_s = 0.0
@@ -196,6 +202,7 @@ class RateGovernor:
                 self._rate,
                 retry_in_s=last - horizon,
                 paused_for_s=paused_for_s,
+                strict_spacing=self._strict_spacing,
             )
         self._next_slot = start + count * spacing_s
         self._last_grant = (self._grant_id, self._epoch)
@@ -203,7 +210,14 @@ class RateGovernor:
         self._n["permits"] += count
         delays = tuple(start - now + i * spacing_s for i in range(count))
         self._meter.offered((now + d for d in delays), self._rate)
-        return Grant(self._grant_id, self._epoch, delays, self._rate, paused_for_s=paused_for_s)
+        return Grant(
+            self._grant_id,
+            self._epoch,
+            delays,
+            self._rate,
+            paused_for_s=paused_for_s,
+            strict_spacing=self._strict_spacing,
+        )
 
     def give_back(self, grant: Grant, unused: int, now: float) -> None:
         """Return the last ``unused`` permits of ``grant``. Only the newest grant of the
@@ -283,6 +297,10 @@ class RateGovernor:
             refused=search.refused,
         )
         before, self._mode, self._moment = self._rate, "aimd", moment
+        # A 429 without Retry-After may be a pair refused (nginx without burst): from now on
+        # a request late for its permit takes a fresh one. Elsewhere a late request is
+        # absorbed (a bucket's burst, a window's count) and holding it only costs its slot.
+        self._strict_spacing = not paused
         # Workers paused by a Retry-After lease (and so report) again when it ends.
         resume = min(self._paused_until, now + PAUSED_REPORTS_S) if paused else now
         self._read_again_at = resume + REPORTED_S
@@ -330,6 +348,7 @@ class RateGovernor:
             "quota": quota[0] if quota else None,
             "quota_window_s": quota[1] if quota else None,
             "epoch": self._epoch,
+            "strict_spacing": self._strict_spacing,
             # When this run started from an earlier one's limit: when that was learnt.
             "warm_start": self._warm,
             "busy_s": self._busy_s,
@@ -347,6 +366,7 @@ class RateGovernor:
             "safe_rate": safe,
             "limit_estimate": est,
             "header_rate": self._header_rate,
+            "strict_spacing": self._strict_spacing,
             "learnt_at": self._wall_clock(),
         }
 
@@ -368,6 +388,7 @@ class RateGovernor:
         start = SETTLE * est if safe is None else min(SETTLE * est, safe)
         self._rate = self._clamp(start)
         self._search.seed(est, self._rate, now)
+        self._strict_spacing = learnt.get("strict_spacing") is True
         self._warm = {"learnt_at": float(learnt["learnt_at"]), "age_s": age_s}
         return True
 

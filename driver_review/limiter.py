@@ -46,9 +46,13 @@ def on_time(acquire: Callable[[], Awaitable[None]], *, clock: Clock = time.monot
 
     A permit is a moment, not a licence: a request that leaves long after its slot lands
     beside the next one, a pair closer than the rate that nginx ``limit_req`` without
-    ``burst`` refuses. The slot passed is lost (one per slow connection, a few per run);
-    a request on a connection already open is never held (a loop that is late for every
-    request must still send)."""
+    ``burst`` refuses. The slot passed is lost (one per slow connection, a few per run),
+    so callers hold only where the endpoint's grants say ``strict_spacing`` (its 429s came
+    without Retry-After): a bucket's burst or a window's count absorbs a late request,
+    and at a sweep's start every new process's first connections are late (a warm sweep
+    served 0.944 of its limit in its first 5 s holding them, 0.988 not). A request on a
+    connection already open is never held (a loop that is late for every request must
+    still send)."""
     taken = clock()
     connecting = False
 
@@ -91,6 +95,8 @@ class PermitBucket:
         self._clock_name = clock_name
         self._times: deque[float] = deque()  # local monotonic times of held permits
         self._grant: Grant | None = None
+        #: As the last grant said: a request late for its permit waits for a fresh one.
+        self.strict_spacing = False
         self._generation = 0  # bumped when held permits are dropped
         self._lock = asyncio.Lock()  # one lease in flight at a time
         self._n = {"acquired": 0, "leases": 0, "dropped": 0, "late": 0, "empty_grants": 0}
@@ -144,6 +150,7 @@ class PermitBucket:
         ):
             base = grant.issued_at  # permits it took long to deliver are late, not later
         self._grant = grant
+        self.strict_spacing = grant.strict_spacing
         self._times.extend(base + d for d in grant.delays_s)
 
     def note_epoch(self, epoch: int) -> None:
@@ -200,6 +207,10 @@ class LocalLimiter:
 
     async def acquire(self) -> None:
         await self._bucket.acquire()
+
+    @property
+    def strict_spacing(self) -> bool:
+        return self._bucket.strict_spacing
 
     def paused_for_s(self) -> float:
         """How much longer the governor holds every permit (a Retry-After, a quota)."""

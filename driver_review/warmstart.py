@@ -4,7 +4,7 @@ Layout: ``<data-dir>/governor/endpoints.json``::
 
     {"version": 1, "endpoints": {"https://api.vendor.example:443":
         {"safe_rate": 58.2, "limit_estimate": 60.1, "header_rate": null,
-         "learnt_at": 1764550000.0}}}
+         "strict_spacing": true, "learnt_at": 1764550000.0}}}
 
 Keys are governor keys (``scheme://host:port`` or a configured ``rate_key``): never a
 credential. The file is small and written whole (temporary name and rename on a local
@@ -31,7 +31,10 @@ log = logging.getLogger(__name__)
 DIR = "governor"
 FILE = "endpoints.json"
 VERSION = 1
-FIELDS = ("safe_rate", "limit_estimate", "header_rate", "learnt_at")
+RATES = ("safe_rate", "limit_estimate", "header_rate", "learnt_at")
+#: Whether the endpoint's 429s came without Retry-After (absent in older files: false).
+FLAGS = ("strict_spacing",)
+FIELDS = RATES + FLAGS
 
 
 class LearntStore:
@@ -88,7 +91,9 @@ def parse(doc: Any, *, where: str) -> dict[str, dict[str, Any]]:
 def _well_formed(entry: Any) -> bool:
     if not isinstance(entry, dict):
         return False
-    for field in FIELDS:
+    if any(not isinstance(entry.get(f), bool | None) for f in FLAGS):
+        return False
+    for field in RATES:
         value = entry.get(field)
         if value is None and field != "learnt_at":
             continue

@@ -49,6 +49,12 @@ class Limiter(Protocol):
 
     def observe(self, status: int, headers: Mapping[str, str]) -> None: ...
 
+    @property
+    def strict_spacing(self) -> bool:
+        """The endpoint refuses requests bunched closer than its rate: a request that
+        leaves late for its permit (opening a connection) waits for a fresh one."""
+        ...
+
 
 @runtime_checkable
 class Catalog(Protocol):

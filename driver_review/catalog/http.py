@@ -319,7 +319,8 @@ class HttpCatalog:
             trace = None
             if self._limiter is not None:
                 await self._limiter.acquire()
-                trace = on_time(self._limiter.acquire, clock=self._clock)
+                if self._limiter.strict_spacing:
+                    trace = on_time(self._limiter.acquire, clock=self._clock)
             started = self._clock()
             try:
                 resp = await self._send(route, method, path, params, json, headers, trace)

@@ -133,8 +133,13 @@ class HttpCheck:
 
     async def _post(self, body: dict[str, str], ctx: CheckContext) -> httpx.Response:
         auth: Any = self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT
-        # The permit was just taken: a slow new connection waits for a fresh one.
-        extensions = {"trace": on_time(ctx.limiter.acquire)} if ctx.limiter is not None else {}
+        # The permit was just taken: a slow new connection waits for a fresh one where the
+        # endpoint refuses requests bunched together.
+        extensions = (
+            {"trace": on_time(ctx.limiter.acquire)}
+            if ctx.limiter is not None and ctx.limiter.strict_spacing
+            else {}
+        )
         try:
             # httpx bounds each phase; this bounds the whole exchange (a server trickling
             # bytes would otherwise never time out).

@@ -220,6 +220,10 @@ class RemoteLimiter:
         finally:
             self.waiting -= 1
 
+    @property
+    def strict_spacing(self) -> bool:
+        return self._bucket.strict_spacing
+
     def observe(self, status: int, headers: Mapping[str, str]) -> None:
         pause_s = None
         if status in (429, 503):

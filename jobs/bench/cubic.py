@@ -160,6 +160,7 @@ class ClientRateLimiter:
         self.clocker = RateClocker(clock)
         self.enabled = False  # no pacing at all until the first throttle
         self.throttles = 0
+        self.strict_spacing = False  # botocore sends when its token comes, however late
 
     async def acquire(self) -> None:
         if self.enabled:

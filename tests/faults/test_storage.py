@@ -113,7 +113,13 @@ def test_learnt_limits_round_trip_on_s3(s3_dir) -> None:
     uri, path = s3_dir
     store = LearntStore(uri)
     assert store.load() == {}
-    entry = {"safe_rate": 58.0, "limit_estimate": 60.0, "header_rate": None, "learnt_at": 9.0}
+    entry = {
+        "safe_rate": 58.0,
+        "limit_estimate": 60.0,
+        "header_rate": None,
+        "strict_spacing": True,
+        "learnt_at": 9.0,
+    }
     store.save({"https://api.vendor.example:443": entry})
     LearntStore(uri).save({"checks": {**entry, "safe_rate": 9.0}})
     assert LearntStore(uri).load() == {

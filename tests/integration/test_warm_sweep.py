@@ -41,6 +41,7 @@ def test_the_second_sweep_starts_at_the_learnt_limit_without_429s(sim_factory, t
     assert entry["limit_estimate"] is not None, entry
     assert entry["limit_estimate"] == pytest.approx(cold["limit_estimate"]), (entry, cold)
     assert entry["safe_rate"] is None or 0 < entry["safe_rate"] <= 1.05 * LIMIT, entry
+    assert entry["strict_spacing"] is False, entry  # the simulator's 429s say Retry-After
 
     warm, warm_stats = _sweep(sim_factory, port, data_dir)
     print(

@@ -447,3 +447,35 @@ def test_a_429_pause_is_named_in_stats_and_cleared_after() -> None:
     assert gov.stats(1.0)["pause_reason"] == "429 Retry-After"
     assert gov.stats(1.0)["quota"] is None
     assert gov.stats(2.5)["pause_reason"] is None and gov.stats(2.5)["paused_for_s"] == 0
+
+
+def test_grants_ask_for_strict_spacing_once_a_429_came_without_retry_after() -> None:
+    """A 429 without Retry-After may be a pair refused (nginx without ``burst``): from then
+    on a request late for its permit takes a fresh one. One with Retry-After (a bucket or a
+    window, which absorb a late request) turns it off; before any 429 it is off."""
+    gov = RateGovernor(GovernorConfig(initial_rate=10), wall_clock=lambda: WALL0)
+    assert not gov.lease(2, 0.0).strict_spacing
+    gov.observe(429, {}, 1.0)
+    assert gov.lease(2, 1.0).strict_spacing and gov.stats(1.0)["strict_spacing"]
+    assert (gov.learnt() or {})["strict_spacing"] is True
+    gov.observe(429, {"Retry-After": "1"}, 10.0)
+    assert not gov.lease(2, 12.0).strict_spacing
+    assert (gov.learnt() or {})["strict_spacing"] is False
+
+
+def test_the_permit_bucket_says_what_its_last_grant_said() -> None:
+    t = FakeTime()
+    limiter = LocalLimiter(
+        RateGovernor(GovernorConfig(initial_rate=10)), clock=t.clock, sleep=t.sleep
+    )
+
+    async def main() -> list[bool]:
+        seen = []
+        await limiter.acquire()
+        seen.append(limiter.strict_spacing)
+        limiter.observe(429, {})
+        await limiter.acquire()
+        seen.append(limiter.strict_spacing)
+        return seen
+
+    assert asyncio.run(main()) == [False, True]

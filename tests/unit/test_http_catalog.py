@@ -102,6 +102,8 @@ class Harness:
 
 
 class FakeLimiter:
+    strict_spacing = False
+
     def __init__(self) -> None:
         self.acquired = 0
         self.observed: list[int] = []

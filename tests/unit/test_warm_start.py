@@ -79,6 +79,14 @@ def test_nonsense_in_a_learnt_entry_starts_cold() -> None:
         assert not used and gov.state(0.0) == "slow_start"
 
 
+def test_a_warm_start_keeps_spacing_strict_where_429s_came_without_retry_after() -> None:
+    learnt = _learnt_after_a_cold_run()  # the fake token bucket says Retry-After
+    assert learnt["strict_spacing"] is False
+    for said in (True, False, None):
+        gov, used = _warm({**learnt, "strict_spacing": said})
+        assert used and gov.lease(1, 0.0).strict_spacing is (said is True)
+
+
 def test_a_header_rate_alone_starts_just_under_it() -> None:
     gov, used = _warm({"safe_rate": None, "limit_estimate": None, "header_rate": 40.0})
     assert used and gov.rate == pytest.approx(0.98 * 40.0)
@@ -87,16 +95,25 @@ def test_a_header_rate_alone_starts_just_under_it() -> None:
 def test_the_store_round_trips_merges_newest_first_and_survives_garbage(tmp_path) -> None:
     store = LearntStore(str(tmp_path))
     assert store.load() == {}
-    a = {"safe_rate": 50.0, "limit_estimate": 52.0, "header_rate": None, "learnt_at": 100.0}
+    a = {
+        "safe_rate": 50.0,
+        "limit_estimate": 52.0,
+        "header_rate": None,
+        "strict_spacing": True,
+        "learnt_at": 100.0,
+    }
+    # Written before strict_spacing was kept: read as not known.
     b = {"safe_rate": 9.0, "limit_estimate": 10.0, "header_rate": None, "learnt_at": 100.0}
     store.save({"http://127.0.0.1:1": a, "checks": b})
     LearntStore(str(tmp_path)).save(
         {"http://127.0.0.1:1": {**a, "safe_rate": 40.0, "learnt_at": 50.0}}
     )
-    assert store.load() == {"http://127.0.0.1:1": a, "checks": b}  # older entry lost
+    # older entry lost
+    assert store.load() == {"http://127.0.0.1:1": a, "checks": {**b, "strict_spacing": None}}
     path = tmp_path / "governor" / "endpoints.json"
     doc = json.loads(path.read_text())
     doc["endpoints"]["bad"] = {"safe_rate": "x", "learnt_at": 1.0}
+    doc["endpoints"]["flag"] = {"safe_rate": 1.0, "strict_spacing": 1, "learnt_at": 1.0}
     path.write_text(json.dumps(doc))
     assert set(store.load()) == {"http://127.0.0.1:1", "checks"}
     path.write_text("{not json")
