@@ -93,6 +93,7 @@ EndpointStats = TypedDict(
         "quota": str | None,
         "quota_window_s": float | None,
         "epoch": int,
+        "strict_spacing": bool,
         "warm_start": dict[str, Any] | None,
         "busy_s": float,
         "ok": int,
