@@ -31,7 +31,10 @@ readings are combined by how the 429 came about.
   are good. A reading confirmed by the next 429 (the same count twice, once under the
   pace sent; the same bucket reading twice) or taken after ``RELIABLE_S`` is *reliable*:
   above it the rate probes up very slowly (``PROBE_PER_S``, doubling every
-  ``PROBE_DOUBLING_S``), crossing a limit that stays put about once a minute.
+  ``PROBE_DOUBLING_S``), crossing a limit that stays put about once a minute. Refused
+  soon after settling under such a reading, with all it was sent served, the rate steps
+  back ``NARROW``, not to the floor: the reading was a little high (a two-window estimate
+  lets a little over its limit through now and then).
   A server that served all it was sent up to the 429 (after ``VERIFY_RAN_S`` of running)
   is a window at that count, or a bucket whose burst carried a climb past its rate:
   unless the last two bucket readings agree, the rate holds at the count for
@@ -48,7 +51,8 @@ After slow start the readings are guesses (the pace doubled past the limit on th
 so a window saw a burst a bucket would not have passed): the rate lands on the lower
 one, climbs to the higher in ``SEEK_APPROACH_S`` and *seeks* upward from there
 (``SEEK_PER_S``, faster where a 429 is cheap) until the next 429, so a limiter read far
-too low is soon left.
+too low is soon left. A climb that fast crosses a window far: the same count at its 429
+confirms the window though the pace was up to ``2 * MAX_MARGIN`` over it.
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ class Prior:
     bucket: float = 0.0
     seeking: bool = False  # the rate was seeking after slow start
     holding: bool = False  # the rate was held at a count to verify it
+    reliable: bool = False  # the rate settled under a reading taken as the limit
 
 
 @dataclass(frozen=True)
@@ -158,7 +163,7 @@ def decide(m: Moment, r: Reading) -> Decision:
             reliable,
             seeking,
             not m.costly,
-            Prior(count, clipped, bucket, seeking, holding),
+            Prior(count, clipped, bucket, seeking, holding, reliable),
             holding,
         )
 
@@ -184,7 +189,7 @@ def decide(m: Moment, r: Reading) -> Decision:
     if (
         count is not None
         and last.count is not None
-        and count >= floor
+        and count >= ((1.0 - 2 * MAX_MARGIN) * p if last.seeking else floor)
         and (clipped or last.clipped)
         and (1.0 - NARROW) * last.count <= count <= (1.0 + NARROW / 2) * last.count
     ):
@@ -204,6 +209,12 @@ def decide(m: Moment, r: Reading) -> Decision:
         return made(est, est, True)
     if last.bucket and bucket and abs(bucket - last.bucket) <= NARROW * bucket:
         return made(bucket, bucket, True)  # the same bucket reading twice: its rate
+    if last.reliable and count is not None and not clipped:
+        # Refused soon after settling under a reading taken as the limit, all it was sent
+        # served: that reading was a little high (a window that lets a little over its
+        # limit through now and then). Step back a little, not to the floor.
+        est = (1.0 - NARROW) * min(p, count)
+        return made(est, est, True)
     est = max(bucket, floor)
     if last.holding and bucket:
         # Refused at the count held to verify it (or on the way): no window there.

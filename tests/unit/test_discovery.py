@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from driver_review import discovery as dv
@@ -119,6 +121,51 @@ def test_a_count_served_in_full_is_held_to_tell_a_window_from_a_bucket() -> None
         Reading(served=59, refused=1, whole=True, bucket=56.0),
     )
     assert again.reliable and again.est == again.ceiling == 56.0 and not again.verify
+
+
+def test_after_slow_start_the_same_count_confirms_a_window_crossed_far() -> None:
+    """A sliding log of 60 after slow start: 60 served, the bucket reading 90. The climb to
+    the higher reading in two seconds crossed the window far (70.9/s, 18% over): the same
+    count again is its limit, though the pace was further over it than a refused pace is
+    taken to be (``MAX_MARGIN``) once the rate runs near its readings."""
+    first = decide(
+        _moment(pace=320.0, slow_start=True),
+        Reading(served=60, refused=1, whole=True, bucket=90.2),
+    )
+    assert first.seeking and first.est == 60
+    again = decide(
+        _moment(pace=70.9, ran_s=1.5, slope=15.0, prior=first.prior),
+        Reading(served=60, refused=1, whole=True, bucket=53.5),
+    )
+    assert again.reliable and again.est == again.ceiling == 60
+    # Near its readings, a pace that far over the count is not taken as a window's.
+    settled = decide(
+        _moment(pace=70.9, ran_s=1.5, prior=dataclasses.replace(first.prior, seeking=False)),
+        Reading(served=60, refused=1, whole=True, bucket=53.5),
+    )
+    assert settled.est == pytest.approx(0.85 * 70.9)
+
+
+def test_refused_soon_after_settling_under_a_reading_steps_back_a_little() -> None:
+    """A two-window estimate of 150 confirmed 155 (it lets a little over its limit through
+    now and then); at 0.98 of it, refused after a second with all sent served. That reading
+    was a little high: step back 2%, not to the bucket reading of the short run (128.8)."""
+    confirmed = decide(
+        _moment(pace=196.2, ran_s=1.4, prior=Prior(count=157.0, clipped=True, seeking=True)),
+        Reading(served=155, refused=1, whole=True, bucket=141.3),
+    )
+    assert confirmed.reliable and confirmed.est == 155 and confirmed.prior.reliable
+    again = decide(
+        _moment(pace=151.9, ran_s=1.0, prior=confirmed.prior),
+        Reading(served=151, refused=1, whole=True, bucket=128.8),
+    )
+    assert again.reliable and again.est == pytest.approx(0.98 * 151)
+    # Without a reading taken as the limit before, the same 429 lands on the bucket's floor.
+    unsure = decide(
+        _moment(pace=151.9, ran_s=1.0, prior=dataclasses.replace(confirmed.prior, reliable=False)),
+        Reading(served=151, refused=1, whole=True, bucket=128.8),
+    )
+    assert unsure.est == pytest.approx(0.85 * 151.9) and not unsure.reliable
 
 
 def test_the_same_bucket_reading_twice_is_a_buckets_rate() -> None:
