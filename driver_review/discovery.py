@@ -85,6 +85,7 @@ MIN_SAMPLES = 5  # fewer successes than this in a second say nothing of the limi
 VERIFY_RAN_S = 3.0  # a count read after a shorter run may hold a pause's edge
 VERIFY_S = RELIABLE_S  # held this long at a count without a 429: the count is the limit
 HOLD_S = 2.0  # busy this long at a rate without a 429: the rate is safe
+STEADY_PER_S = 0.02  # a pace growing slower than this share of itself per second is steady
 REPROBE = 1.15  # this far over the lowest pace refused without a 429: the limit rose
 
 
@@ -208,6 +209,19 @@ def decide(m: Moment, r: Reading) -> Decision:
         est = bucket if refuted and bucket else max(bucket, high)
         return made(est, est, True)
     if last.bucket and bucket and abs(bucket - last.bucket) <= NARROW * bucket:
+        if (
+            count is not None
+            and not clipped
+            and not last.holding
+            and m.slope <= STEADY_PER_S * p
+            and count > (1.0 + 2 * NARROW) * bucket
+            and (last.count is None or last.clipped or last.count < p)
+        ):
+            # The same bucket reading twice, but all sent at a steady pace well over it
+            # was served: a bucket, or a window climbed alike twice. Hold at the count:
+            # a bucket soon refuses it, a window never does. (Not when all of a faster
+            # pace was served in a second before: no window refuses under what it served.)
+            return made(bucket, count, False, verify=True)
         return made(bucket, bucket, True)  # the same bucket reading twice: its rate
     if last.reliable and count is not None and not clipped:
         # Refused soon after settling under a reading taken as the limit, all it was sent

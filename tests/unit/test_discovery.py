@@ -170,10 +170,30 @@ def test_refused_soon_after_settling_under_a_reading_steps_back_a_little() -> No
 
 def test_the_same_bucket_reading_twice_is_a_buckets_rate() -> None:
     d = decide(
-        _moment(pace=64.5, ran_s=5.0, prior=Prior(bucket=60.2)),
+        _moment(pace=64.5, ran_s=5.0, slope=2.0, prior=Prior(bucket=60.2)),
         Reading(served=64, refused=1, whole=True, bucket=60.0),
     )
     assert d.reliable and d.est == d.ceiling == 60.0
+
+
+def test_the_same_bucket_reading_twice_under_a_steady_pace_served_in_full_is_verified() -> None:
+    """A two-window estimate of 60 climbed alike twice reads 55.2 then 55.1 as a bucket,
+    but at 60.2/s, steady, it served 59 in the last second: a bucket of 55.1 or a window
+    near 59. Held at the count, a bucket soon refuses; a window never does, and the count
+    is taken (the rate ran at 54 for a minute when the bucket reading was taken)."""
+    d = decide(
+        _moment(
+            pace=60.2, ran_s=2.3, slope=0.7, prior=Prior(count=63.0, clipped=True, bucket=55.2)
+        ),
+        Reading(served=59, refused=1, whole=True, bucket=55.1),
+    )
+    assert d.verify and not d.reliable and d.est == 55.1 and d.ceiling == 59
+    # Refused again on the way or while held: no window there, the bucket's rate.
+    again = decide(
+        _moment(pace=57.0, ran_s=3.0, slope=0.5, prior=d.prior),
+        Reading(served=57, refused=1, whole=True, bucket=55.0),
+    )
+    assert again.reliable and again.est == 55.0 and not again.verify
 
 
 def test_after_a_long_run_the_limit_is_where_it_refused() -> None:

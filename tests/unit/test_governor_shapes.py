@@ -278,3 +278,25 @@ def test_held_out_shapes_stay_near_what_knowing_the_limit_gets(
     print(f"{name} {rate}/s {kw}: {utilization:.3f} (knowing {knowing:.3f}), 429s {share:.4f}")
     assert utilization >= knowing - 0.13
     assert share <= 0.02
+
+
+def test_a_window_read_twice_as_the_same_bucket_is_held_at_its_count() -> None:
+    """The two-window estimate at 60/s, four processes sending up to 3 ms late: climbed
+    alike twice, it gave the same bucket reading twice (55.2, 55.1) under the 59 it served
+    at a steady 60.2/s, and the rate sat at 54 for the rest of the minute (0.859-0.879 of
+    the limit over four seeds). Held at the count instead, a window never refuses it: today
+    0.879-0.912, 0.904 on average."""
+    utilization = [
+        simulate(
+            ShapeServer("sliding", 60, retry_after=True),
+            duration_s=DURATION_S,
+            latency_s=LATENCY_S,
+            processes=4,
+            jitter_s=0.003,
+            workers=32,
+            seed=seed,
+        ).served_rate(0, DURATION_S)
+        / 60
+        for seed in range(4)
+    ]
+    assert sum(utilization) / len(utilization) >= 0.89, utilization
