@@ -23,6 +23,15 @@ def test_ten_orchestrator_kills_lose_nothing(sim_factory, tmp_path, serve_cleanu
     rng = random.Random(8)
     resume_s: list[float] = []
     poll_until(lambda: live.stats()["webhooks"].get("delivered", 0) > 0, 60)
+
+    def bootstrapped() -> bool:
+        # The bootstrap listing is held (its watermark advance snapshotted) before the
+        # first kill: a kill during the listing rightly lists again, which is not what this
+        # test counts. On a loaded machine the listing can outlast the first sleep.
+        stats = live.system.orchestrator.call_sync("stats")
+        return stats["watermark"] > 0 and stats["snapshots_written"] >= 1
+
+    assert poll_until(bootstrapped, 60), "the bootstrap listing never completed"
     started = time.monotonic()
     for _ in range(10):
         time.sleep(rng.uniform(1.5, 4.5))
