@@ -231,9 +231,17 @@ class RateGovernor:
         self._last_grant = None
 
     # --- feedback ---------------------------------------------------------------------
-    def observe(self, status: int, headers: Mapping[str, str], now: float) -> int:
-        """Account one response; returns the epoch (a change voids held grants)."""
+    def observe(
+        self, status: int, headers: Mapping[str, str], now: float, *, sent_at: float | None = None
+    ) -> int:
+        """Account one response; returns the epoch (a change voids held grants).
+
+        ``sent_at``: when its request left (default ``now``). The meter keeps answers at
+        that moment, which is when a limiter admitted or refused them: a limiter in front
+        of the server refuses at once, while what it admits takes the server's time, so
+        by when they came back, the successes sent just before a 429 came after it."""
         self._tick(now)
+        sent = now if sent_at is None else min(now, sent_at)
         self._answered += 1
         info = parse_ratelimit(headers) if headers else None
         if status == 429:
@@ -242,7 +250,7 @@ class RateGovernor:
                 # Retry-After takes precedence; without it the exhausted window says when
                 # (and _use_headers below names it).
                 retry_after_s = info.plan(LONG_WINDOW_S).pause_s
-            self.on_429(retry_after_s, now, header_mode=info is not None)
+            self.on_429(retry_after_s, now, header_mode=info is not None, sent_at=sent)
         elif status == 503 and (
             retry_after_s := parse_retry_after(_header(headers, "retry-after"), self._wall_clock())
         ):
@@ -252,18 +260,28 @@ class RateGovernor:
             self._pause(now + retry_after_s, "503 Retry-After")
         else:
             self._n["ok"] += 1
-            self._meter.answered(now, ok=True)
-            if now < self._holdoff_until:
+            self._meter.answered(sent, ok=True)
+            if sent < self._holdoff_until:
                 self._holdoff_ok += 1
         if info is not None:
             self._use_headers(info, now)
         return self._epoch
 
-    def on_429(self, retry_after_s: float | None, now: float, *, header_mode: bool = False) -> int:
-        """A 429 (with the server's Retry-After, if any); returns the epoch."""
+    def on_429(
+        self,
+        retry_after_s: float | None,
+        now: float,
+        *,
+        header_mode: bool = False,
+        sent_at: float | None = None,
+    ) -> int:
+        """A 429 (with the server's Retry-After, if any) that came at ``now`` for a request
+        sent at ``sent_at`` (default ``now``); returns the epoch. It is read against what
+        was sent before it; its pause and holdoff run from when it came."""
         self._tick(now)
+        sent = now if sent_at is None else min(now, sent_at)
         self._n["429s"] += 1
-        self._meter.answered(now, ok=False)
+        self._meter.answered(sent, ok=False)
         self._saw_429_in_interval = True
         pace = self._meter.pace(now, self._rate)
         paused = retry_after_s is not None and retry_after_s > 0
@@ -286,7 +304,7 @@ class RateGovernor:
             return self._epoch
         search = self._search
         moment = Moment(
-            at=now,
+            at=sent,
             pace=pace,
             ran_s=search.ran_s,
             slope=search.slope,

@@ -216,8 +216,10 @@ class LocalLimiter:
         """How much longer the governor holds every permit (a Retry-After, a quota)."""
         return self.governor.paused_for_s(self._clock())
 
-    def observe(self, status: int, headers: Mapping[str, str]) -> None:
-        self._bucket.note_epoch(self.governor.observe(status, headers, self._clock()))
+    def observe(self, status: int, headers: Mapping[str, str], *, elapsed_s: float = 0.0) -> None:
+        now = self._clock()
+        epoch = self.governor.observe(status, headers, now, sent_at=now - max(0.0, elapsed_s))
+        self._bucket.note_epoch(epoch)
 
     async def aclose(self) -> None:
         await self._bucket.aclose()

@@ -15,7 +15,8 @@ the pipeline file (``catalog.adapter: "package.module:factory"``, see
   ``retry_after_s`` when known (429, 5xx, timeouts, malformed answers). Retry inside a
   call as long as it is cheap; what escapes is recorded as ``error`` and retried later.
 * **Pacing**: call ``limiter.acquire()`` before every request and ``limiter.observe(status,
-  headers)`` with every response, so the governor keeps the vendor at its limit.
+  headers, elapsed_s=...)`` with every response, so the governor keeps the vendor at its
+  limit.
 * ``put_decision`` is idempotent on (driver, version, stage): repeating it is harmless.
 
 ``tests/integration/other_vendor.py`` is a worked example: an adapter over an API with
@@ -42,12 +43,16 @@ class Limiter(Protocol):
     """Outbound pacing for one endpoint key (see :mod:`driver_review.governor`).
 
     ``acquire`` waits for a permit; ``observe`` reports every response's status and headers
-    (429s, ``Retry-After``, ``RateLimit``) so the limiter can adapt.
+    (429s, ``Retry-After``, ``RateLimit``) so the limiter can adapt, and ``elapsed_s``, how
+    long ago its request was sent: a limiter admits or refuses a request when it arrives,
+    and a refusal comes back long before a success the server behind it took its time on.
     """
 
     async def acquire(self) -> None: ...
 
-    def observe(self, status: int, headers: Mapping[str, str]) -> None: ...
+    def observe(
+        self, status: int, headers: Mapping[str, str], *, elapsed_s: float = 0.0
+    ) -> None: ...
 
     @property
     def strict_spacing(self) -> bool:

@@ -334,9 +334,10 @@ class HttpCatalog:
                 if not isinstance(err, RetryableError) or attempt == attempts:
                     raise err from exc
             else:
-                self._record(route, str(resp.status_code), self._clock() - started)
+                elapsed_s = self._clock() - started
+                self._record(route, str(resp.status_code), elapsed_s)
                 if self._limiter is not None:
-                    self._limiter.observe(resp.status_code, resp.headers)
+                    self._limiter.observe(resp.status_code, resp.headers, elapsed_s=elapsed_s)
                 try:
                     return self._answer(resp, route, what, of, parse, not_modified)
                 except RetryableError as exc:

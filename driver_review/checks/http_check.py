@@ -90,9 +90,11 @@ class HttpCheck:
         attempt = 1
         while True:
             await self._permit(ctx.limiter, deadline)
+            sent = time.monotonic()
             resp = await self._post(body, ctx)
             if ctx.limiter is not None:
-                ctx.limiter.observe(resp.status_code, resp.headers)
+                elapsed_s = time.monotonic() - sent
+                ctx.limiter.observe(resp.status_code, resp.headers, elapsed_s=elapsed_s)
             try:
                 return self._answer(resp)
             except RateLimited as exc:

@@ -2,8 +2,8 @@
 per endpoint key, and the client-side :class:`RemoteLimiter` that leases from it.
 
 Workers lease permits a few at a time (``GovernorConfig.lease_size``) so pacing is not a
-round trip per call; successes are noted locally (how long ago each came) and travel with
-the next lease, so the governor's meter sees them when they happened, and
+round trip per call; successes are noted locally (how long ago each request was sent) and
+travel with the next lease, so the governor's meter sees them when the server did, and
 only 429s and rate-limit headers are sent at once, since those change the schedule. A
 process that does not lease again soon (its work paused with the endpoint, or ran out)
 reports its successes on their own after ``REPORT_AFTER_S``: the governor reads a 429
@@ -71,9 +71,9 @@ class GovernorService:
         return gov
 
     def _served(self, gov: RateGovernor, key: str, ages: Sequence[float], now: float) -> None:
-        """Successes at their ages in seconds: when they came, not when they were reported
-        (at a few requests a second a lease spans seconds, and the meter reads served
-        rates over one)."""
+        """Successes at their requests' ages in seconds: when they were sent, not when
+        they were reported (at a few requests a second a lease spans seconds, and the
+        meter reads served rates over one)."""
         for age in ages:
             gov.observe(200, {}, now - min(max(0.0, age), MAX_SUCCESS_AGE_S))
         if ages:
@@ -82,7 +82,7 @@ class GovernorService:
 
     async def lease(self, key: str, n: int, successes: int | Sequence[float] = 0) -> Grant:
         """Permits for ``key``. ``successes``: the caller's answers other than 429 since its
-        last lease, as their ages in seconds (or a count, taken as answered now)."""
+        last lease, as their requests' ages in seconds (or a count, taken as sent now)."""
         gov = self._get(key)
         now = time.monotonic()
         self._served(gov, key, [0.0] * successes if isinstance(successes, int) else successes, now)
@@ -125,18 +125,25 @@ class GovernorService:
         self._get(key).give_back(grant, unused, time.monotonic())
 
     async def observe(
-        self, key: str, status: int, headers: dict[str, str], successes: Sequence[float] = ()
+        self,
+        key: str,
+        status: int,
+        headers: dict[str, str],
+        successes: Sequence[float] = (),
+        age_s: float = 0.0,
     ) -> int:
-        """One answer that changes the schedule (a 429, a pause, RateLimit headers), after
-        the caller's successes not yet reported (ages in seconds): a 429 is judged against
-        what the server served just before it."""
+        """One answer that changes the schedule (a 429, a pause, RateLimit headers) to a
+        request sent ``age_s`` ago, after the caller's successes not yet reported (the
+        ages of their requests in seconds): a 429 is judged against what the server
+        served before it."""
         gov = self._get(key)
         now = time.monotonic()
         self._served(gov, key, successes, now)
         tags = {"instance": self.instance, "key": key}
         answer = str(status) if status in (429, 503) else "ok"
         metrics.endpoint_answers().inc(1, {**tags, "answer": answer})
-        return gov.observe(status, headers, now)
+        sent_at = now - min(max(0.0, age_s), MAX_SUCCESS_AGE_S)
+        return gov.observe(status, headers, now, sent_at=sent_at)
 
     async def report(self, key: str, successes: Sequence[float]) -> None:
         """Successes (ages in seconds) of a caller that is not leasing again soon."""
@@ -181,7 +188,8 @@ class RemoteLimiter:
         self._bucket = PermitBucket(
             self._lease, batch=batch, give_back=self._give_back, clock_name=node_clock()
         )
-        self._successes: list[float] = []  # when answers other than 429 came, unreported
+        # When the requests of answers other than 429 were sent, unreported.
+        self._successes: list[float] = []
         self.waiting = 0
         #: The endpoint's rate as of the last lease (None before one): workers size their
         #: demand by it.
@@ -199,8 +207,8 @@ class RemoteLimiter:
         return grant
 
     def _ages(self) -> list[float]:
-        """The unreported successes as ages in seconds (clocks differ between processes;
-        durations do not), and forget them."""
+        """The unreported successes as their requests' ages in seconds (clocks differ
+        between processes; durations do not), and forget them."""
         now = time.monotonic()
         ages = [now - t for t in self._successes]
         self._successes = []
@@ -224,7 +232,7 @@ class RemoteLimiter:
     def strict_spacing(self) -> bool:
         return self._bucket.strict_spacing
 
-    def observe(self, status: int, headers: Mapping[str, str]) -> None:
+    def observe(self, status: int, headers: Mapping[str, str], *, elapsed_s: float = 0.0) -> None:
         pause_s = None
         if status in (429, 503):
             pause_s = parse_retry_after(httpx.Headers(headers).get("retry-after"), time.time())
@@ -235,7 +243,7 @@ class RemoteLimiter:
         )
         if not has_policy:
             if len(self._successes) < MAX_UNREPORTED:
-                self._successes.append(time.monotonic())
+                self._successes.append(time.monotonic() - max(0.0, elapsed_s))
             if self._report_timer is None:
                 self._report_timer = asyncio.get_running_loop().call_later(
                     REPORT_AFTER_S, self._report
@@ -246,7 +254,7 @@ class RemoteLimiter:
             self._paused_until = max(self._paused_until, time.monotonic() + pause_s)
         if status == 429 or pause_s is not None:
             self._bucket.drop()  # a pause or a slower schedule is coming: don't spend these
-        self._send(self.governor.observe(self.key, status, dict(headers), self._ages()))
+        self._send(self.governor.observe(self.key, status, dict(headers), self._ages(), elapsed_s))
 
     def _report(self, *, closing: bool = False) -> None:
         """Report the successes no lease took within ``REPORT_AFTER_S``; if a lease took

@@ -142,9 +142,14 @@ class GovernorClient(ActorRef):
         await self.call("give_back", key, grant, unused)
 
     async def observe(
-        self, key: str, status: int, headers: Mapping[str, str], successes: Sequence[float] = ()
+        self,
+        key: str,
+        status: int,
+        headers: Mapping[str, str],
+        successes: Sequence[float] = (),
+        age_s: float = 0.0,
     ) -> int:
-        return int(await self.call("observe", key, status, dict(headers), successes))
+        return int(await self.call("observe", key, status, dict(headers), successes, age_s))
 
     async def report(self, key: str, successes: Sequence[float]) -> None:
         await self.call("report", key, successes)

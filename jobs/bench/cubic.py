@@ -166,7 +166,9 @@ class ClientRateLimiter:
         if self.enabled:
             await self.bucket.acquire()
 
-    def observe(self, status: int, headers: Mapping[str, str] | None = None) -> None:
+    def observe(
+        self, status: int, headers: Mapping[str, str] | None = None, *, elapsed_s: float = 0.0
+    ) -> None:
         self.on_response(throttled=status == 429)
 
     def on_response(self, *, throttled: bool) -> float:

@@ -368,7 +368,8 @@ class HubCatalog:
                 continue
             self._count(route, str(resp.status_code), resp.status_code, started)
             if self._limiter is not None:
-                self._limiter.observe(resp.status_code, resp.headers)
+                elapsed_s = time.monotonic() - started
+                self._limiter.observe(resp.status_code, resp.headers, elapsed_s=elapsed_s)
             status = resp.status_code
             if status < 300 or (status == 304 and not_modified):
                 return resp

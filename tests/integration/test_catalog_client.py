@@ -105,7 +105,9 @@ def test_a_request_that_opens_a_connection_too_late_for_its_permit_waits_for_a_f
         async def acquire(self) -> None:
             self.acquired += 1
 
-        def observe(self, status: int, headers: Mapping[str, str]) -> None:
+        def observe(
+            self, status: int, headers: Mapping[str, str], *, elapsed_s: float = 0.0
+        ) -> None:
             pass
 
     async def main() -> int:
@@ -217,12 +219,14 @@ def test_retry_after_is_honoured_by_client_and_governor(sim_factory, fmt: str) -
     governor = RateGovernor(GovernorConfig(initial_rate=40, min_rate=1))
 
     class Recording(LocalLimiter):
-        def observe(self, status: int, headers: Mapping[str, str]) -> None:
+        def observe(
+            self, status: int, headers: Mapping[str, str], *, elapsed_s: float = 0.0
+        ) -> None:
             if status == 429:
                 delay = parse_retry_after(headers.get("retry-after"), time.time())
                 assert delay is not None and delay >= 1.0
                 pauses.append((time.monotonic(), delay))
-            super().observe(status, headers)
+            super().observe(status, headers, elapsed_s=elapsed_s)
 
     async def sleep(delay_s: float) -> None:
         sleeps.append(delay_s)

@@ -92,6 +92,7 @@ def simulate(
     jitter_s: float = 0.0,
     seed: int = 0,
     processes: int = 0,
+    refuse_latency_s: float | None = None,
 ) -> Run:
     """Saturating demand: ``workers`` clients share one bucket of leased permits. With
     ``jitter_s`` each request leaves up to that much after its permit (uniform, seeded):
@@ -101,7 +102,12 @@ def simulate(
     each leases its own permits and learns of a voided schedule only when it next hears
     from the governor, and reports its successes as the real client does, with its next
     lease (or with its next 429), so the governor hears of them late. With 0 every answer
-    is heard at once and one bucket serves all (the ideal client)."""
+    is heard at once and one bucket serves all (the ideal client).
+
+    ``refuse_latency_s``: how long a 429 takes to come back (default ``latency_s``); a
+    limiter in front of the server refuses at once, while what it admits takes the
+    server's time. Clients report every answer with when its request was sent, as the
+    real ones do."""
     rng = random.Random(seed)
     run = Run(governor or RateGovernor(config or GovernorConfig(), wall_clock=lambda: WALL0))
     gov, events, seq = run.gov, [], itertools.count()
@@ -153,15 +159,16 @@ def simulate(
                 continue
             # A server may hold an admitted request before serving it (nginx's delay).
             status, headers, *delay_s = server.handle(t)
-            push(t + latency_s + sum(delay_s), "answer", w, status, headers)
+            took_s = latency_s if status != 429 or refuse_latency_s is None else refuse_latency_s
+            push(t + took_s + sum(delay_s), "answer", w, status, headers, t)
         else:
-            status, headers = rest
+            status, headers, sent = rest
             if processes and status == 200 and not headers:
-                unreported[p].append(t)  # told with the next lease
+                unreported[p].append(sent)  # told with the next lease
             else:
                 if processes:
                     report(p)
-                note_epoch(p, gov.observe(status, headers, t))
+                note_epoch(p, gov.observe(status, headers, t, sent_at=sent))
             run.log.append((t, status))
             run.rates.append((t, gov.rate, gov.state(t)))
             acquire(w, t)
@@ -195,8 +202,15 @@ class KnowingGovernor(RateGovernor):
         self.limit = limit
         self._knows = False
 
-    def on_429(self, retry_after_s: float | None, now: float, *, header_mode: bool = False) -> int:
-        epoch = super().on_429(retry_after_s, now, header_mode=header_mode)
+    def on_429(
+        self,
+        retry_after_s: float | None,
+        now: float,
+        *,
+        header_mode: bool = False,
+        sent_at: float | None = None,
+    ) -> int:
+        epoch = super().on_429(retry_after_s, now, header_mode=header_mode, sent_at=sent_at)
         self._knows = True
         self._rate = SETTLE * self.limit
         return epoch

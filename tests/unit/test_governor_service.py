@@ -1,6 +1,6 @@
-"""The governor actor's class without Ray: successes are reported with their ages (the
-meter sees them when they happened), those before a 429 travel with it, and an idle
-process's reach it on their own; a send that fails is logged once."""
+"""The governor actor's class without Ray: successes are reported with their requests'
+ages (the meter sees them when the server did), those before a 429 travel with it, and an
+idle process's reach it on their own; a send that fails is logged once."""
 
 from __future__ import annotations
 
@@ -88,10 +88,10 @@ class _Down(GovernorService):
 
     down = True
 
-    async def observe(self, key, status, headers, successes=()):  # type: ignore[no-untyped-def]
+    async def observe(self, key, status, headers, successes=(), age_s=0.0):  # type: ignore[no-untyped-def]
         if self.down:
             raise ConnectionError("actor restarting")
-        return await super().observe(key, status, headers, successes)
+        return await super().observe(key, status, headers, successes, age_s)
 
 
 def test_a_failed_call_sent_without_waiting_is_logged_once_per_outage(
@@ -128,3 +128,35 @@ def test_a_failed_call_sent_without_waiting_is_logged_once_per_outage(
         == ["governor call for http://127.0.0.1:9 failed: ConnectionError: actor restarting"] * 2
     )
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+class _Recording(GovernorService):
+    """The service in-process, keeping what each 429 call carried."""
+
+    def __init__(self) -> None:
+        super().__init__(GovernorConfig(), instance="t")
+        self.calls: list[tuple[int, list[float], float]] = []
+
+    async def observe(self, key, status, headers, successes=(), age_s=0.0):  # type: ignore[no-untyped-def]
+        self.calls.append((status, list(successes), age_s))
+        return await super().observe(key, status, headers, successes, age_s)
+
+
+def test_answers_are_placed_when_their_requests_were_sent() -> None:
+    """A limiter admits or refuses a request when it arrives; its 429 comes back at once,
+    a success only after the server's latency. Both reach the governor as the age of their
+    request, so a success sent before a 429 counts before it however late it came back."""
+
+    async def run() -> list[tuple[int, list[float], float]]:
+        service = _Recording()
+        limiter = RemoteLimiter(service, KEY, batch=4)  # type: ignore[arg-type]
+        await limiter.acquire()
+        limiter.observe(200, {}, elapsed_s=0.3)  # sent 0.3 s ago, its answer came just now
+        limiter.observe(429, {}, elapsed_s=0.002)
+        await limiter.aclose()
+        return service.calls
+
+    (status, successes, age_s), *_ = asyncio.run(run())
+    assert status == 429
+    assert len(successes) == 1 and 0.3 <= successes[0] < 0.4
+    assert 0.002 <= age_s < 0.1

@@ -53,11 +53,11 @@ NOT_YET = {
     ("token", 150): "0.937 (0.950)",
     ("leaky", 60): "0.914 (0.962)",
     ("leaky-burst", 10): "1.000, 1.8% 429s (0.977)",
-    ("leaky-delay", 10): "0.995, 1.3% 429s (0.980)",
-    ("fixed", 10): "0.915, 1.1% 429s (0.968)",
+    ("leaky-delay", 10): "0.997, 1.8% 429s (0.980)",
+    ("fixed", 10): "0.868, 1.5% 429s (0.968)",
     ("fixed", 60): "0.910 (0.965)",
     ("fixed", 150): "0.899 (0.958)",
-    ("sliding", 60): "0.885 (0.961)",
+    ("sliding", 60): "0.884 (0.961)",
     ("sliding", 150): "0.905 (0.957)",
     ("sliding-log", 10): "0.920 (0.968)",
     ("sliding-log", 60): "0.930 (0.960)",
@@ -300,3 +300,34 @@ def test_a_window_read_twice_as_the_same_bucket_is_held_at_its_count() -> None:
         for seed in range(4)
     ]
     assert sum(utilization) / len(utilization) >= 0.89, utilization
+
+
+def test_a_limiter_that_refuses_at_once_is_read_as_one_that_refuses_late() -> None:
+    """nginx, HAProxy and the simulator answer a 429 at once, while what they admit takes
+    the server's latency. Read by when answers came back, the successes sent just before a
+    429 came after it: a token bucket of 100/s read 87-94 after slow start on the real
+    simulator, under the 101 read at the seek's 429, and a third 429 was spent verifying.
+    Read by when each request was sent (what the limiter saw), the search takes the same
+    path whether a refusal comes back in 1 ms or in the 30 ms a success takes (read by
+    when answers came, 90 after slow start here, and three 429s)."""
+    runs = [
+        simulate(
+            TokenBucketServer(100, 20),
+            duration_s=30.0,
+            latency_s=0.03,
+            refuse_latency_s=refuse_s,
+            processes=4,
+            jitter_s=0.002,
+            seed=3,
+        )
+        for refuse_s in (None, 0.001)
+    ]
+    same, fast = (r.gov.stats() for r in runs)
+    print(
+        f"decisions {same['decreases']} / {fast['decreases']}, estimates "
+        f"{same['limit_estimate']:.1f} / {fast['limit_estimate']:.1f}, utilization "
+        f"{runs[0].served_rate(0, 30) / 100:.3f} / {runs[1].served_rate(0, 30) / 100:.3f}"
+    )
+    assert fast["decreases"] == same["decreases"] == 2  # slow start's and the seek's
+    assert fast["limit_estimate"] == pytest.approx(100.0, rel=0.02)
+    assert runs[1].served_rate(0, 30) >= runs[0].served_rate(0, 30) - 1.0

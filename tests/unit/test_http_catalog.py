@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import formatdate
@@ -107,12 +108,14 @@ class FakeLimiter:
     def __init__(self) -> None:
         self.acquired = 0
         self.observed: list[int] = []
+        self.elapsed_s: list[float] = []
 
     async def acquire(self) -> None:
         self.acquired += 1
 
-    def observe(self, status: int, headers: Mapping[str, str]) -> None:
+    def observe(self, status: int, headers: Mapping[str, str], *, elapsed_s: float = 0.0) -> None:
         self.observed.append(status)
+        self.elapsed_s.append(elapsed_s)
 
 
 def sequence(*responses: httpx.Response) -> Handler:
@@ -385,3 +388,17 @@ def test_http_catalog_is_a_catalog_and_every_error_is_a_catalog_error() -> None:
     assert isinstance(h.catalog, Catalog)
     with pytest.raises(CatalogError):
         h.run(lambda c: c.get_package("drv-1"))
+
+
+def test_the_limiter_hears_how_long_ago_each_answered_request_was_sent() -> None:
+    """A limiter admits a request when it arrives and a success comes back after the
+    server's time: the governor places answers by when their requests were sent."""
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        time.sleep(0.05)  # the server's time on it
+        return ok(record())
+
+    h = Harness(slow)
+    h.run(lambda c: c.get_driver("drv-1"))
+    assert h.limiter.observed == [200]
+    assert 0.05 <= h.limiter.elapsed_s[0] < 1.0
