@@ -32,8 +32,9 @@ from driver_review.warmstart import LearntStore
 log = logging.getLogger(__name__)
 
 
-#: A success reported older than this counts as this old (a stalled caller's report).
-MAX_SUCCESS_AGE_S = 5.0
+#: A request reported older than this (a success, or a 429 sent at once) counts as this
+#: old: a stalled caller's report.
+MAX_AGE_S = 5.0
 SAVE_EVERY_S = 10.0  # learnt limits reach the data dir this often (and at stop)
 MAX_UNREPORTED = 10_000  # successes kept for the next report (a lease comes long before)
 #: A success no lease took this long after it came is reported on its own (under the
@@ -75,7 +76,7 @@ class GovernorService:
         they were reported (at a few requests a second a lease spans seconds, and the
         meter reads served rates over one)."""
         for age in ages:
-            gov.observe(200, {}, now - min(max(0.0, age), MAX_SUCCESS_AGE_S))
+            gov.observe(200, {}, now - min(max(0.0, age), MAX_AGE_S))
         if ages:
             tags = {"instance": self.instance, "key": key, "answer": "ok"}
             metrics.endpoint_answers().inc(len(ages), tags)
@@ -142,7 +143,7 @@ class GovernorService:
         tags = {"instance": self.instance, "key": key}
         answer = str(status) if status in (429, 503) else "ok"
         metrics.endpoint_answers().inc(1, {**tags, "answer": answer})
-        sent_at = now - min(max(0.0, age_s), MAX_SUCCESS_AGE_S)
+        sent_at = now - min(max(0.0, age_s), MAX_AGE_S)
         return gov.observe(status, headers, now, sent_at=sent_at)
 
     async def report(self, key: str, successes: Sequence[float]) -> None:
