@@ -60,6 +60,12 @@ class Limiter(Protocol):
         leaves late for its permit (opening a connection) waits for a fresh one."""
         ...
 
+    async def space(self) -> None:
+        """Called as a request's headers are about to leave, where ``strict_spacing``:
+        wait until the endpoint's spacing has passed since the last request sent to it
+        from this machine (see :class:`~driver_review.limiter.SendSpacing`)."""
+        ...
+
 
 @runtime_checkable
 class Catalog(Protocol):

@@ -320,7 +320,7 @@ class HttpCatalog:
             if self._limiter is not None:
                 await self._limiter.acquire()
                 if self._limiter.strict_spacing:
-                    trace = on_time(self._limiter.acquire, clock=self._clock)
+                    trace = on_time(self._limiter.acquire, self._limiter.space, clock=self._clock)
             started = self._clock()
             try:
                 resp = await self._send(route, method, path, params, json, headers, trace)

@@ -138,7 +138,7 @@ class HttpCheck:
         # The permit was just taken: a slow new connection waits for a fresh one where the
         # endpoint refuses requests bunched together.
         extensions = (
-            {"trace": on_time(ctx.limiter.acquire)}
+            {"trace": on_time(ctx.limiter.acquire, ctx.limiter.space)}
             if ctx.limiter is not None and ctx.limiter.strict_spacing
             else {}
         )

@@ -23,7 +23,7 @@ import httpx
 
 from driver_review.config import GovernorConfig
 from driver_review.governor import Grant, RateGovernor
-from driver_review.limiter import PermitBucket
+from driver_review.limiter import PermitBucket, SendSpacing
 from driver_review.retry import parse_retry_after
 from driver_review.runtime import metrics
 from driver_review.runtime.handles import GovernorClient
@@ -189,6 +189,7 @@ class RemoteLimiter:
         self._bucket = PermitBucket(
             self._lease, batch=batch, give_back=self._give_back, clock_name=node_clock()
         )
+        self._spacing = SendSpacing(key)
         # When the requests of answers other than 429 were sent, unreported.
         self._successes: list[float] = []
         self.waiting = 0
@@ -232,6 +233,10 @@ class RemoteLimiter:
     @property
     def strict_spacing(self) -> bool:
         return self._bucket.strict_spacing
+
+    async def space(self) -> None:
+        if gap_s := self._bucket.send_gap_s:
+            await self._spacing.wait(gap_s)
 
     def observe(self, status: int, headers: Mapping[str, str], *, elapsed_s: float = 0.0) -> None:
         pause_s = None
@@ -295,6 +300,7 @@ class RemoteLimiter:
             self._report_timer.cancel()
         self._report(closing=True)
         await self._bucket.aclose()
+        self._spacing.close()
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
 
@@ -304,4 +310,5 @@ class RemoteLimiter:
             "rate": self.rate,
             "paused_for_s": self.paused_for_s(),
             **self._bucket.stats(),
+            "spacing_held": self._spacing.held,
         }

@@ -166,6 +166,9 @@ class ClientRateLimiter:
         if self.enabled:
             await self.bucket.acquire()
 
+    async def space(self) -> None:
+        """Never called: botocore keeps no spacing (``strict_spacing`` is False)."""
+
     def observe(
         self, status: int, headers: Mapping[str, str] | None = None, *, elapsed_s: float = 0.0
     ) -> None:

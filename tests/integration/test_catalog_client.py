@@ -94,23 +94,27 @@ def test_a_request_that_opens_a_connection_too_late_for_its_permit_waits_for_a_f
     """httpcore names the events ``on_time`` waits on: a request whose connection is new
     takes a second permit when it would leave late; one on a connection kept alive does
     not. The clock makes every request late (1 s between readings). Only where the
-    limiter says the endpoint keeps strict spacing: elsewhere a late request is sent."""
+    limiter says the endpoint keeps strict spacing: elsewhere a late request is sent.
+    Where strict, each request's headers also wait for ``space`` (once each)."""
     sim = sim_factory(SimSettings(drivers=5, seed=1))
     ticks = iter(range(10_000))
 
     class Counting:
-        acquired = 0
+        acquired = spaced = 0
         strict_spacing = strict  # as a governor says once a 429 came without Retry-After
 
         async def acquire(self) -> None:
             self.acquired += 1
+
+        async def space(self) -> None:
+            self.spaced += 1
 
         def observe(
             self, status: int, headers: Mapping[str, str], *, elapsed_s: float = 0.0
         ) -> None:
             pass
 
-    async def main() -> int:
+    async def main() -> tuple[int, int]:
         limiter = Counting()
         catalog = HttpCatalog(
             CatalogConfig(url=sim.url), limiter=limiter, clock=lambda: float(next(ticks))
@@ -121,9 +125,10 @@ def test_a_request_that_opens_a_connection_too_late_for_its_permit_waits_for_a_f
                 assert record is not None
         finally:
             await catalog.aclose()
-        return limiter.acquired
+        return limiter.acquired, limiter.spaced
 
-    assert asyncio.run(main()) == 3 + (1 if strict else 0)
+    # Where strict, every request's headers also keep the endpoint's spacing.
+    assert asyncio.run(main()) == ((3 + 1, 3) if strict else (3, 0))
 
 
 # --- rate: discovery and Retry-After -----------------------------------------------------

@@ -113,6 +113,9 @@ class FakeLimiter:
     async def acquire(self) -> None:
         self.acquired += 1
 
+    async def space(self) -> None:
+        pass
+
     def observe(self, status: int, headers: Mapping[str, str], *, elapsed_s: float = 0.0) -> None:
         self.observed.append(status)
         self.elapsed_s.append(elapsed_s)
