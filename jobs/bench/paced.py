@@ -2,7 +2,9 @@
 
 It is told the limit and sends one cheap GET on a fixed schedule at a share of it, from one
 asyncio process with one ``httpx`` client, never waiting for an answer before the next
-send: the steadiest arrivals a Python client on this machine can make. Shares are tried
+send, and holding none back: the arrivals of a plain paced client on this machine (a
+client that holds a request bunched against the last, as driver-review's sweeps do where
+an endpoint keeps strict spacing, comes closer). Shares are tried
 from the highest down (``FRACTIONS``), each for ``step_s``, with a pause between for the
 limiter to forget the last; the first share with at most ``MAX_SHARE_429`` 429s is the
 ceiling. It is a reference for a sweep's figure, not a peer: it knows what the sweep has to
