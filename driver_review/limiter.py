@@ -130,28 +130,22 @@ class SendSpacing:
         self._map: mmap.mmap | None = None
         self._shared: bool | None = None  # None until first used
         self._last = -float("inf")  # this process's, when the file cannot be used
-        self.held = 0  # sends held, and for how long in all
-        self.held_s = 0.0
+        self.held = 0  # sends held
 
     async def wait(self, gap_s: float) -> None:
         """Return once ``gap_s`` has passed since the last send recorded here, recording
         this one."""
-        waited = 0.0
-        while True:
-            wait_s = self._claim(self._clock(), gap_s)
-            if wait_s <= 0:
-                break
-            waited += wait_s
+        held = False
+        while (wait_s := self._claim(self._clock(), gap_s)) > 0:
+            held = True
             await self._sleep(wait_s)
-        if waited:
-            self.held += 1
-            self.held_s += waited
+        self.held += held
 
     def _claim(self, now: float, gap_s: float) -> float:
         """0 and this send recorded at ``now``, or how long until it may leave."""
         if self._shared is None:
             self._shared = self._open()
-        if not self._shared or fcntl is None:
+        if not self._shared:
             return self._take(now, gap_s, self._last)
         assert self._fd is not None and self._map is not None
         fcntl.flock(self._fd, fcntl.LOCK_EX)

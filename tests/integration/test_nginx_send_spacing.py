@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +22,9 @@ PACE = 20.0  # each process's own schedule: 50 ms apart, the second 5 ms behind 
 N = 30  # requests per process
 
 
-def _send(url: str, start: float, spaced: bool, directory: str, out: multiprocessing.Queue) -> None:
+def _send(
+    url: str, offset: float, spaced: bool, directory: str, ready: Any, out: multiprocessing.Queue
+) -> None:
     spacing = SendSpacing(url, directory=directory)
 
     async def nothing() -> None:
@@ -33,6 +36,8 @@ def _send(url: str, start: float, spaced: bool, directory: str, out: multiproces
     async def run() -> list[int]:
         async with httpx.AsyncClient(base_url=url, timeout=10.0) as client:
             await client.get("/v1/drivers?limit=1")  # the connection, before the schedule
+            ready.wait(30)  # both processes connected: their schedules start together
+            start = time.monotonic() + 0.05 + offset
             statuses = []
             for i in range(N):
                 await asyncio.sleep(max(0.0, start + i / PACE - time.monotonic()))
@@ -51,9 +56,9 @@ def _send(url: str, start: float, spaced: bool, directory: str, out: multiproces
 def _refused(url: str, spaced: bool, directory: str) -> tuple[int, int]:
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    start = time.monotonic() + 3.0  # both processes up and connected by then
+    ready = ctx.Barrier(2)
     procs = [
-        ctx.Process(target=_send, args=(url, start + offset, spaced, directory, out))
+        ctx.Process(target=_send, args=(url, offset, spaced, directory, ready, out))
         for offset in (0.0, 0.005)
     ]
     for p in procs:

@@ -1,5 +1,6 @@
-"""Fakes of the catalog for pure tests: a valid driver record to vary, and the two catalog
-methods the checks call, answered from dicts (an answer may be an exception to raise)."""
+"""Fakes for pure tests: a valid driver record to vary, the two catalog methods the checks
+call, answered from dicts (an answer may be an exception to raise), and a clock with the
+sleep that advances it."""
 
 from __future__ import annotations
 
@@ -54,3 +55,18 @@ class FakeCatalog:
             raise answer
         body = {"check": check, "driver_id": driver_id, "version": version} | answer
         return CheckResponse.model_validate(body)
+
+
+class FakeTime:
+    """A clock and an ``asyncio.sleep`` stand-in that advances it, recording each sleep."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, delay_s: float) -> None:
+        self.slept.append(delay_s)
+        self.now += delay_s

@@ -17,6 +17,7 @@ from driver_review import governor as gv
 from driver_review.config import GovernorConfig
 from driver_review.governor import RateGovernor
 from driver_review.limiter import LocalLimiter, PermitBucket
+from tests.support.fakes import FakeTime
 from tests.support.rate_sim import WALL0, TokenBucketServer, simulate
 
 # --- discovery ---------------------------------------------------------------------------
@@ -285,19 +286,6 @@ def test_unused_permits_of_the_newest_grant_can_be_given_back() -> None:
 
 
 # --- the permit bucket -------------------------------------------------------------------
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    async def sleep(self, delay_s: float) -> None:
-        self.slept.append(delay_s)
-        self.now += delay_s
 
 
 def test_local_limiter_hands_out_permits_on_schedule() -> None:

@@ -10,21 +10,11 @@ import struct
 import time
 from pathlib import Path
 
+import pytest
+
 from driver_review.governor import Grant
 from driver_review.limiter import SEND_GAP, PermitBucket, SendSpacing, on_time
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    async def sleep(self, s: float) -> None:
-        self.slept.append(round(s, 6))
-        self.now += s
+from tests.support.fakes import FakeTime
 
 
 def test_a_send_waits_for_the_gap_since_another_process_sent(tmp_path: Path) -> None:
@@ -50,7 +40,7 @@ def test_a_send_waits_for_the_gap_since_another_process_sent(tmp_path: Path) -> 
 
     try:
         assert asyncio.run(run()) == [10.0, 10.017, 10.017, 10.034]
-        assert t.slept == [0.015, 0.004]
+        assert t.slept == pytest.approx([0.015, 0.004])
         assert (a.held, b.held, other.held) == (1, 1, 0)
     finally:
         for s in (a, b, other):
@@ -76,7 +66,7 @@ def test_without_a_usable_file_the_sends_of_this_process_are_still_spaced(tmp_pa
         await spacing.wait(0.02)
 
     asyncio.run(run())
-    assert t.slept == [0.02]
+    assert t.slept == pytest.approx([0.02])
 
 
 def _send(directory: str, n: int, gap_s: float, out: multiprocessing.Queue) -> None:
