@@ -290,8 +290,9 @@ class PermitBucket:
         return SEND_GAP / self._rate
 
     def note_epoch(self, epoch: int) -> None:
-        """The governor's current epoch; a change voids the permits held here."""
-        if self._grant is not None and epoch != self._grant.epoch:
+        """The governor's current epoch; a newer one voids the permits held here (an
+        older one is an answer overtaken by a lease)."""
+        if self._grant is not None and epoch > self._grant.epoch:
             self.drop()
 
     def drop(self) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Coroutine, Mapping, Sequence
@@ -258,9 +259,12 @@ class RemoteLimiter:
         if pause_s is not None:
             # Known here at once, before the governor's answer: demand stops for it.
             self._paused_until = max(self._paused_until, time.monotonic() + pause_s)
-        if status == 429 or pause_s is not None:
-            self._bucket.drop()  # a pause or a slower schedule is coming: don't spend these
-        self._send(self.governor.observe(self.key, status, dict(headers), self._ages(), elapsed_s))
+        if pause_s is not None:
+            self._bucket.drop()  # a pause is coming: don't spend these
+        self._send(
+            self.governor.observe(self.key, status, dict(headers), self._ages(), elapsed_s),
+            epoch=True,
+        )
 
     def _report(self, *, closing: bool = False) -> None:
         """Report the successes no lease took within ``REPORT_AFTER_S``; if a lease took
@@ -274,20 +278,24 @@ class RemoteLimiter:
             return
         self._send(self.governor.report(self.key, self._ages()))
 
-    def _send(self, call: Coroutine[Any, Any, Any]) -> None:
+    def _send(self, call: Coroutine[Any, Any, Any], *, epoch: bool = False) -> None:
         """Send a 429 or a report without waiting; a failure (the governor restarting) is
-        logged once until a call goes through again: the next lease carries on."""
+        logged once until a call goes through again: the next lease carries on. With
+        ``epoch`` the answer is the governor's epoch: the permits held here are dropped
+        if it voided them."""
         task = asyncio.get_running_loop().create_task(call)
         self._pending.add(task)
-        task.add_done_callback(self._sent)
+        task.add_done_callback(functools.partial(self._sent, epoch=epoch))
 
-    def _sent(self, task: asyncio.Task) -> None:
+    def _sent(self, task: asyncio.Task, *, epoch: bool = False) -> None:
         self._pending.discard(task)
         if task.cancelled():
             return
         error = task.exception()
         if error is None:
             self._send_failing = False
+            if epoch:
+                self._bucket.note_epoch(task.result())
         elif not self._send_failing:
             self._send_failing = True
             first_line = next(iter(str(error).splitlines()), "")  # Ray's carry tracebacks

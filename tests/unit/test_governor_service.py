@@ -160,3 +160,31 @@ def test_answers_are_placed_when_their_requests_were_sent() -> None:
     assert status == 429
     assert len(successes) == 1 and 0.3 <= successes[0] < 0.4
     assert 0.002 <= age_s < 0.1
+
+
+def test_a_429_drops_held_permits_only_where_the_governor_voids_them() -> None:
+    """The governor keeps the permits out after a small step back (voiding them would bunch
+    other processes' with the new schedule), so a process that saw the 429 keeps its own
+    too; it drops them when the governor's answer says they were voided, and at once where
+    a Retry-After says a pause is coming."""
+
+    async def held_after(status_headers: dict[str, str], *, warm: bool) -> tuple[int, int]:
+        service = GovernorService(GovernorConfig(initial_rate=100.0), instance="t")
+        gov = service._get(KEY)
+        if warm:  # a limit known and trusted: a 429 without Retry-After steps back 3%
+            gov.warm_start({"limit_estimate": 102.0, "learnt_at": time.time()}, time.monotonic())
+        limiter = RemoteLimiter(service, KEY, batch=8)  # type: ignore[arg-type]
+        await limiter.acquire()
+        limiter.observe(429, status_headers)
+        at_once = limiter.stats()["held"]
+        await asyncio.gather(*list(limiter._pending))
+        answered = limiter.stats()["held"]
+        await limiter.aclose()
+        return at_once, answered
+
+    # A small step back: kept.
+    assert asyncio.run(held_after({}, warm=True)) == (7, 7)
+    # Slow start ended far above the reading: voided, dropped once the answer came.
+    assert asyncio.run(held_after({}, warm=False)) == (7, 0)
+    # A Retry-After: dropped before any answer.
+    assert asyncio.run(held_after({"Retry-After": "1"}, warm=True)) == (0, 0)

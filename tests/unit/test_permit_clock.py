@@ -110,3 +110,24 @@ def test_a_request_late_for_its_permit_because_it_opened_a_connection_takes_a_fr
         ("http11.send_request_headers.started", 2 * late),
     ]
     assert _holds([*connect, *again]) == 1
+
+
+def test_an_answer_overtaken_by_a_lease_voids_nothing() -> None:
+    """A process learns the governor's epoch from its leases and, later, from the answers
+    to its 429s sent without waiting: an answer older than the grant held says nothing
+    of it, and only a newer epoch drops what is held."""
+
+    async def lease(n: int) -> Grant:
+        return Grant(1, 5, tuple(0.01 * i for i in range(n)), 100.0)
+
+    async def run() -> list[int]:
+        bucket = PermitBucket(lease, batch=4)
+        await bucket.acquire()
+        held = [bucket.stats()["held"]]
+        bucket.note_epoch(4)
+        held.append(bucket.stats()["held"])
+        bucket.note_epoch(6)
+        held.append(bucket.stats()["held"])
+        return held
+
+    assert asyncio.run(run()) == [3, 3, 0]
