@@ -31,7 +31,10 @@ readings are combined by how the 429 came about.
   are good. A reading confirmed by the next 429 (the same count twice, once under the
   pace sent; the same bucket reading twice) or taken after ``RELIABLE_S`` is *reliable*:
   above it the rate probes up very slowly (``PROBE_PER_S``, doubling every
-  ``PROBE_DOUBLING_S``), crossing a limit that stays put about once a minute. Refused
+  ``PROBE_DOUBLING_S``), crossing a limit that stays put after about 45 s; each crossing
+  that reads the same limit again doubles that doubling time (up to
+  ``PROBE_DOUBLING_MOST_S``): a limit that stays put costs fewer pauses, and one that
+  rose is still found in minutes. Refused
   soon after settling under such a reading, with all it was sent served, the rate steps
   back ``NARROW``, not to the floor: the reading was a little high (a two-window estimate
   lets a little over its limit through now and then).
@@ -70,7 +73,8 @@ CLIMB_S = 1.5  # under the estimate (a warm start), close the gap by 1/e this of
 APPROACH_PER_S = 0.01  # from the lower reading to the higher, at least this share of the
 APPROACH_S = 4.0  # ... lower per second, and in at most this long
 PROBE_PER_S = 0.0001  # above a reliable estimate, grow by this share of it per second,
-PROBE_DOUBLING_S = 12.0  # ... a pace that doubles every this long without a 429
+PROBE_DOUBLING_S = 12.0  # ... a pace that doubles every this long without a 429,
+PROBE_DOUBLING_MOST_S = 48.0  # ... twice as long after each crossing that reads the same
 SEEK_APPROACH_S = 2.0  # after slow start, approach the higher reading in this long
 SEEK_PER_S = 1.1  # after slow start, above its readings: multiply the rate by this a second
 CHEAP_SEEK_PER_S = 1.25  # ... where a 429 is cheap
@@ -258,6 +262,7 @@ class Discovery:
         self._reached_at = -math.inf  # when the rate last climbed to SETTLE of the ceiling
         self._step_429s = 0.0  # 429s per decision, on average (cheap: see grow)
         self._verified_s = 0.0  # busy time held at a ceiling to verify
+        self._probe_doubling_s = PROBE_DOUBLING_S
 
     @property
     def estimate(self) -> float | None:
@@ -269,6 +274,18 @@ class Discovery:
     def apply(self, d: Decision, m: Moment, rate: float, since: float, step_429s: int) -> None:
         """A decision took effect at ``since`` (the end of its pause), setting ``rate``;
         ``step_429s``: the 429s since the decision before."""
+        last = self.decision
+        same = (
+            last is not None
+            and last.reliable
+            and d.reliable
+            and not m.slow_start
+            and abs(d.est - last.est) <= NARROW * last.est
+        )
+        # The probe crossed the limit it trusted and read it again: the limit stays put,
+        # so probe less often (each crossing costs a pause; the limit rising is rarer news).
+        doubling_s = min(PROBE_DOUBLING_MOST_S, 2 * self._probe_doubling_s)
+        self._probe_doubling_s = doubling_s if same else PROBE_DOUBLING_S
         self.decision = d
         if not m.slow_start and d.cheap:
             n = float(step_429s)
@@ -296,6 +313,7 @@ class Discovery:
         longer sent), at ``rate``: probed slowly from there, read again at the next 429."""
         self.decision = Decision(est, est, True, False, False, Prior())
         self.refused = refused
+        self._probe_doubling_s = PROBE_DOUBLING_S
         self.start(rate, now)
 
     def grow(self, rate: float, now: float, elapsed_s: float) -> float | None:
@@ -354,10 +372,11 @@ class Discovery:
                 self._reached_at = now
             return rate
         if d.reliable:
-            # Start slow and double the pace every PROBE_DOUBLING_S without a 429: a good
+            # Start slow and double the pace every _probe_doubling_s without a 429: a good
             # estimate keeps the rate just under the limit for long.
             probing_s = max(0.0, now - max(self.decided_at, self._reached_at))
-            return rate + PROBE_PER_S * 2 ** (probing_s / PROBE_DOUBLING_S) * est * elapsed_s
+            doublings = probing_s / self._probe_doubling_s
+            return rate + PROBE_PER_S * 2**doublings * est * elapsed_s
         if d.seeking:
             return rate * math.pow(SEEK_PER_S, elapsed_s)  # the readings of slow start: a guess
         return rate + APPROACH_PER_S * est * elapsed_s  # near them, still a guess
