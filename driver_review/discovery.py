@@ -42,7 +42,8 @@ readings are combined by how the 429 came about.
   is a window at that count, or a bucket whose burst carried a climb past its rate:
   unless the last two bucket readings agree, the rate holds at the count for
   ``VERIFY_S``, which a window never refuses and a bucket soon does, at a steady pace
-  whose bucket reading is then taken.
+  whose bucket reading is then taken, and climbed on from (a count a fixed window let
+  through across its edge is over its limit, and refused as a bucket's would be).
 - *cheap*: a 429 without Retry-After costs a request (nginx). The rate steps back by
   ``CHEAP_STEP`` and climbs so that about ``CHEAP_SHARE`` of requests draw one (an
   additive increase against a multiplicative decrease), slowed by how many 429s a step
@@ -86,7 +87,7 @@ CHEAP_DOUBLING_S = 10.0  # ... a growth that doubles every this long without a 4
 CLIP = 0.9  # served under this share of the pace sent: the server clipped it ...
 MIN_REFUSED = 3  # ... with at least this many 429s, when a 429 costs a request
 MIN_SAMPLES = 5  # fewer successes than this in a second say nothing of the limit
-VERIFY_RAN_S = 3.0  # a count read after a shorter run may hold a pause's edge
+VERIFY_RAN_S = 1.0  # a count read after a shorter run may hold a pause's edge
 VERIFY_S = RELIABLE_S  # held this long at a count without a 429: the count is the limit
 HOLD_S = 2.0  # busy this long at a rate without a 429: the rate is safe
 STEADY_PER_S = 0.02  # a pace growing slower than this share of itself per second is steady
@@ -103,6 +104,7 @@ class Prior:
     seeking: bool = False  # the rate was seeking after slow start
     holding: bool = False  # the rate was held at a count to verify it
     reliable: bool = False  # the rate settled under a reading taken as the limit
+    ran_s: float = 0.0  # how long the run that ended in that reading lasted
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,7 @@ def decide(m: Moment, r: Reading) -> Decision:
             reliable,
             seeking,
             not m.costly,
-            Prior(count, clipped, bucket, seeking, holding, reliable),
+            Prior(count, clipped, bucket, seeking, holding, reliable, m.ran_s),
             holding,
         )
 
@@ -219,12 +221,14 @@ def decide(m: Moment, r: Reading) -> Decision:
             and not last.holding
             and m.slope <= STEADY_PER_S * p
             and count > (1.0 + 2 * NARROW) * bucket
-            and (last.count is None or last.clipped or last.count < p)
+            and (last.count is None or last.clipped or last.count < p or last.ran_s < RELIABLE_S)
         ):
             # The same bucket reading twice, but all sent at a steady pace well over it
             # was served: a bucket, or a window climbed alike twice. Hold at the count:
             # a bucket soon refuses it, a window never does. (Not when all of a faster
-            # pace was served in a second before: no window refuses under what it served.)
+            # pace was served in a second of a long run before: no window refuses under
+            # what it served there. Soon after a pause, a fixed window's edge or a
+            # two-window estimate lets more than its limit through in a second.)
             return made(bucket, count, False, verify=True)
         return made(bucket, bucket, True)  # the same bucket reading twice: its rate
     if last.reliable and count is not None and not clipped:
@@ -235,8 +239,11 @@ def decide(m: Moment, r: Reading) -> Decision:
         return made(est, est, True)
     est = max(bucket, floor)
     if last.holding and bucket:
-        # Refused at the count held to verify it (or on the way): no window there.
-        return made(est, est, True)
+        # Refused at the count held to verify it (or on the way): no window at it. Its
+        # bucket reading is a guess still (a run long enough to read it well is caught
+        # above): the rate climbs on from it. (Taken as the limit, a fixed window's count
+        # let through across its edge, held and refused, left the rate at 0.95 of it.)
+        return made(est, est, False)
     if count is not None and not clipped and m.ran_s >= VERIFY_RAN_S:
         # Served all it was sent: a window at the count, or a bucket whose burst carried
         # the climb past its rate (the bucket reading). Hold just under the count: a

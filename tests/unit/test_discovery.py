@@ -63,10 +63,11 @@ def test_a_count_twice_the_same_and_once_under_the_pace_is_a_windows_limit() -> 
 
 def test_all_that_was_sent_twice_is_no_window() -> None:
     """Served all it was sent in the second before each 429: the counts say nothing of a
-    window, whatever they are. The bucket reading, from a short run, is a guess."""
+    window, whatever they are. The bucket reading, from a run too short to hold at the
+    count, is a guess."""
     prior = Prior(count=63.0, clipped=False, bucket=0.0)
     d = decide(
-        _moment(pace=63.7, ran_s=2.0, prior=prior),
+        _moment(pace=63.7, ran_s=dv.VERIFY_RAN_S - 0.2, prior=prior),
         Reading(served=63, refused=1, whole=True, bucket=55.0),
     )
     assert not d.reliable and d.ceiling == d.est
@@ -115,12 +116,36 @@ def test_a_count_served_in_full_is_held_to_tell_a_window_from_a_bucket() -> None
     assert search.estimate == 60 and rate < 60
 
     # A bucket: refused at the count held, its reading is taken (here 2.3% from the one
-    # before, too far to confirm it), and not held again.
-    again = decide(
+    # before, too far to confirm it), and not held again. Not as the limit yet: a count a
+    # fixed window let through across its edge is over its limit, refused alike, and its
+    # bucket reading is a guess. The rate climbs on from it.
+    soon = decide(
         _moment(pace=dv.SETTLE * 60, ran_s=6.0, prior=d.prior),
         Reading(served=59, refused=1, whole=True, bucket=56.0),
     )
-    assert again.reliable and again.est == again.ceiling == 56.0 and not again.verify
+    assert not soon.reliable and soon.est == soon.ceiling == 56.0 and not soon.verify
+    # Refused again a little over it, the same bucket reading: now the limit.
+    then = decide(
+        _moment(pace=56.6, ran_s=3.0, prior=soon.prior),
+        Reading(served=56, refused=1, whole=True, bucket=56.2),
+    )
+    assert then.reliable and then.est == 56.2
+
+
+def test_a_count_over_the_limit_soon_after_a_pause_rules_out_no_window() -> None:
+    """The simulator's two-window estimate of 60 on the real pipeline: 62 served at 62.7/s
+    0.8 s after a pause (more than its limit in a second: the window before weighed
+    little), then 59 served at 59.6/s, both with a bucket reading of about 54. A faster
+    pace served in full rules out a window only when it was served over a long run: here
+    the rate holds at the count (taken as the bucket's rate instead, 54, the sweep ran at
+    0.85 of the limit)."""
+    reading = Reading(served=59, refused=1, whole=True, bucket=54.1)
+    prior = Prior(count=62.0, clipped=False, bucket=54.8, reliable=True, ran_s=0.8)
+    soon = decide(_moment(pace=59.6, ran_s=2.0, prior=prior), reading)
+    assert soon.verify and soon.est == 54.1 and soon.ceiling == 59
+    long = dataclasses.replace(prior, ran_s=dv.RELIABLE_S)
+    bucket = decide(_moment(pace=59.6, ran_s=2.0, prior=long), reading)
+    assert bucket.reliable and bucket.est == bucket.ceiling == 54.1 and not bucket.verify
 
 
 def test_after_slow_start_the_same_count_confirms_a_window_crossed_far() -> None:
