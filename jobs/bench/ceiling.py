@@ -14,8 +14,9 @@ CPU-second of the local Ray node (:mod:`.cpu`: the raylet, the GCS and every pro
 under it), their ratios, and the CPU of the benchmark's own process (the simulator and
 the sweep's driver loop live there; not counted for either). Full mode adds the same
 sweep on a two-node loopback cluster (:mod:`.two_node`) against one node started the same
-way: the scale-out ratio. Both nodes share this machine's cores, so that ratio says what
-a second node costs or gains here, not on two machines.
+way, each twice in the order 1, 2, 2, 1: the scale-out ratio, of their decisions/s over
+both runs. Both nodes share this machine's cores, so that ratio says what a second node
+costs or gains here, not on two machines.
 """
 
 from __future__ import annotations
@@ -91,10 +92,10 @@ def _measure(
     error = run_error(detail, converged, total)
     if error is not None:
         out["error"] = error
+    per_cpu = f", {out['decisions_per_cpu_s'] or 0:.0f}/CPU-s" if measure_cpu else ""
     say(
         f"  {label}: {error or 'reached the truth'}; {decisions} decisions in "
-        f"{active_s or 0:.1f}s, {out['decisions_per_s'] or 0:.0f}/s, "
-        f"{out.get('decisions_per_cpu_s') or 0:.0f}/CPU-s"
+        f"{active_s or 0:.1f}s, {out['decisions_per_s'] or 0:.0f}/s{per_cpu}"
     )
     return out
 
@@ -172,20 +173,34 @@ def run(ctx: Context) -> dict[str, Any]:
     return out
 
 
+#: The one-node and two-node sweeps, in this order: each twice, the second pair in reverse
+#: (ABBA), so that a drift in this machine's load weighs on both alike.
+TWO_NODE_ORDER = (1, 2, 2, 1)
+
+
 def _two_node(drivers: int, errors: list[str]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for nodes in (1, 2):
-        label = f"{nodes}-node cluster"
+    runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
+    for nodes in TWO_NODE_ORDER:
+        label = f"{nodes}-node cluster, run {len(runs[nodes]) + 1}"
         run = _measure(
             drivers,
             label,
             lambda url, n=nodes: two_node.run_in_subprocess(url, n),
             measure_cpu=False,
         )
-        result[f"nodes_{nodes}"] = run
+        runs[nodes].append(run)
         if "error" in run:
             errors.append(f"{label}: {run['error']}")
-    if not any("error" in r for r in result.values()):
+    result: dict[str, Any] = {"order": list(TWO_NODE_ORDER)}
+    for nodes, measured in runs.items():
+        result[f"nodes_{nodes}"] = {
+            # decisions over the runs' active time together: each run weighs by its length
+            "decisions_per_s": ratio(
+                sum(r["decisions"] for r in measured), sum(r["active_s"] or 0 for r in measured)
+            ),
+            "runs": measured,
+        }
+    if not any("error" in r for measured in runs.values() for r in measured):
         result["scale_out_ratio"] = ratio(
             result["nodes_2"]["decisions_per_s"], result["nodes_1"]["decisions_per_s"]
         )
