@@ -119,14 +119,14 @@ def test_a_count_served_in_full_is_held_to_tell_a_window_from_a_bucket() -> None
     # before, too far to confirm it), and not held again. Not as the limit yet: a count a
     # fixed window let through across its edge is over its limit, refused alike, and its
     # bucket reading is a guess. The rate climbs on from it.
-    soon = decide(
+    held = decide(
         _moment(pace=dv.SETTLE * 60, ran_s=6.0, prior=d.prior),
         Reading(served=59, refused=1, whole=True, bucket=56.0),
     )
-    assert not soon.reliable and soon.est == soon.ceiling == 56.0 and not soon.verify
+    assert not held.reliable and held.est == held.ceiling == 56.0 and not held.verify
     # Refused again a little over it, the same bucket reading: now the limit.
     then = decide(
-        _moment(pace=56.6, ran_s=3.0, prior=soon.prior),
+        _moment(pace=56.6, ran_s=3.0, prior=held.prior),
         Reading(served=56, refused=1, whole=True, bucket=56.2),
     )
     assert then.reliable and then.est == 56.2
