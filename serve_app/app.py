@@ -52,11 +52,17 @@ class IngressArgs(BaseModel):
     webhook_secret_env: Annotated[str, Field(min_length=1)] = SECRET_ENV
     tolerance_s: Annotated[float, Field(gt=0)] = 300.0
     max_body_bytes: Annotated[int, Field(gt=0)] = MIB
+    #: Pings per intake call at most.
     batch_max: Annotated[int, Field(gt=0)] = 256
-    batch_wait_s: Annotated[float, Field(ge=0)] = 0.01
+    #: Intake calls one replica has in flight at once; pings arriving meanwhile wait for
+    #: a free one and leave together (serve_app/batcher.py).
+    batch_in_flight: Annotated[int, Field(gt=0)] = 1
+    #: How long a batch may wait to fill before it leaves; 0: it leaves as soon as a call
+    #: may (the load, not a timer, sizes the batches).
+    batch_wait_s: Annotated[float, Field(ge=0)] = 0.0
     dedupe_size: Annotated[int, Field(gt=0)] = 100_000
-    #: Requests one replica works on at once; None: 2 * batch_max, so one batch can fill
-    #: while the previous one is in intake.
+    #: Requests one replica works on at once; None: (batch_in_flight + 1) * batch_max, so
+    #: a full batch can wait while the others are in intake.
     max_ongoing_requests: Annotated[int, Field(gt=0)] | None = None
     #: Requests Serve queues per caller (proxy) beyond those; more are shed with 429.
     max_queued_requests: Annotated[int, Field(gt=0)] = 1000
@@ -87,7 +93,8 @@ def build_app(args: IngressArgs) -> Application:
         load_verifier(args.webhook_secret_env, forwarded, args.tolerance_s)  # fail fast
     return DriverReviewIngress.options(  # type: ignore[attr-defined]  # @serve.deployment
         num_replicas=args.num_replicas,
-        max_ongoing_requests=args.max_ongoing_requests or 2 * args.batch_max,
+        max_ongoing_requests=args.max_ongoing_requests
+        or (args.batch_in_flight + 1) * args.batch_max,
         max_queued_requests=args.max_queued_requests,
         backpressure_config=BackpressureConfig(status_code=429, retry_after_s=args.retry_after_s),
         # I/O-bound: reserve no CPU, so a 2-core machine hosts it beside the pipeline.

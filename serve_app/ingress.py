@@ -5,11 +5,12 @@ route either; the schema is published as ``deploy/openapi/webhooks.json``). Oper
 routes live on the admin endpoint (``serve_app/admin.py``), which reads this replica's
 counters through its deployment handle (``stats``).
 
-Per request: size cap → signature → shape → dedupe → micro-batch. Accepted pings of
-concurrent requests share one ``orchestrator.intake`` call (``@serve.batch``), and each
-request is answered 202 only once that call returned: a replica dying before then fails
-the request, and the sender retries it. A full intake refuses the whole batch (429 with
-``Retry-After``), so nothing answered 429 was taken.
+Per request: size cap → signature → shape → dedupe → group intake. Accepted pings of
+concurrent requests share one ``orchestrator.intake`` call (:class:`~serve_app.batcher.
+GroupIntake`: the next call leaves as soon as the last returned, holding all that arrived
+meanwhile), and each request is answered 202 only once that call returned: a replica dying
+before then fails the request, and the sender retries it. A full intake refuses the whole
+batch (429 with ``Retry-After``), so nothing answered 429 was taken.
 
 No ``from __future__ import annotations`` here: FastAPI reads the route signatures.
 """
@@ -33,6 +34,7 @@ from driver_review.ledger import Change
 from driver_review.quarantine import BadRow, to_change
 from driver_review.runtime.system import System
 from driver_review.webhooks import Verified
+from serve_app.batcher import GroupIntake
 from serve_app.counters import IngressCounters
 from serve_app.dedupe import SeenIds
 from serve_app.openapi import HEALTHZ_RESPONSES, WEBHOOK_OPENAPI_EXTRA, WEBHOOK_RESPONSES
@@ -117,9 +119,12 @@ class DriverReviewIngress:
         self.quarantine_seen = SeenIds(max_size=args.dedupe_size)
         self._inflight: dict[str, asyncio.Future[bool]] = {}
         self.counters = IngressCounters(args.instance)
-        # Methods @serve.batch adds to the function it wraps (unknown to type checkers).
-        self._intake_batch.set_max_batch_size(args.batch_max)  # type: ignore[attr-defined]
-        self._intake_batch.set_batch_wait_timeout_s(args.batch_wait_s)  # type: ignore[attr-defined]
+        self._intake: GroupIntake[Ping, _Outcome] = GroupIntake(
+            self._intake_batch,
+            max_size=args.batch_max,
+            max_in_flight=args.batch_in_flight,
+            linger_s=args.batch_wait_s,
+        )
 
     # -- webhook --------------------------------------------------------------------------
     @api.post(
@@ -165,7 +170,7 @@ class DriverReviewIngress:
         self._inflight[msg_id] = done
         accepted = False
         try:
-            outcome: _Outcome = await self._intake_batch(ping)
+            outcome = await self._intake(ping)
             accepted = outcome.status == 202
             if accepted:
                 self.seen.add(msg_id, remember_until)
@@ -175,7 +180,6 @@ class DriverReviewIngress:
         self.counters.count(outcome.counter)
         return outcome.response()
 
-    @serve.batch(max_batch_size=256, batch_wait_timeout_s=0.01)  # sizes set from args
     async def _intake_batch(self, pings: list[Ping]) -> list[_Outcome]:
         n = len(pings)
         self.counters.batch(n)

@@ -28,6 +28,7 @@ from driver_review.errors import ConfigError
 #: ``--proxy`` choices: ``auto`` is HAProxy when a binary is found, else Serve's proxy.
 PROXY_CHOICES = ("auto", "haproxy", "default")
 HAPROXY_FLAG = "RAY_SERVE_ENABLE_HA_PROXY"
+THROUGHPUT_FLAG = "RAY_SERVE_THROUGHPUT_OPTIMIZED"
 HAPROXY_BINARY_ENV = "RAY_SERVE_HAPROXY_BINARY_PATH"
 #: How long a replica behind HAProxy keeps serving after it is told to stop, so HAProxy
 #: takes it out first. Ray's 30 s is for rolling updates under traffic; this ingress stops
@@ -108,6 +109,10 @@ def replica_env(haproxy: bool) -> dict[str, str]:
         return {}
     return {
         HAPROXY_FLAG: "1",
+        # Ray's docs pair HAProxy with this: user code on the replica's own event loop (no
+        # hop to a second thread per request), request logs buffered, the replica's logs
+        # to Serve's log files only (not stderr).
+        THROUGHPUT_FLAG: "1",
         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": str(REPLICA_DRAIN_S),
     }
 

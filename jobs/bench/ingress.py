@@ -31,7 +31,8 @@ from ray import serve
 
 from jobs.bench.common import free_port, ratio, say, target
 from jobs.bench.ingress_load import WEBHOOK_PATH, Loader, plain_server
-from serve_app.proxies import haproxy_binary, replica_env
+from serve_app.app import IngressArgs
+from serve_app.proxies import HAPROXY_FLAG, THROUGHPUT_FLAG, haproxy_binary, replica_env
 from serve_app.service import SECRET_ENV, start_ingress
 
 NOOP_APP = "bench-noop"
@@ -202,6 +203,13 @@ def _figures(
             "rounds": rounds,
             "high_water": "10M",
             "haproxy_binary": binary or "none",
+            "ingress_batching": {
+                k: getattr(IngressArgs(), k)
+                for k in ("batch_max", "batch_in_flight", "batch_wait_s")
+            },
+            "haproxy_replica_env": {
+                k: v for k, v in replica_env(True).items() if k in (HAPROXY_FLAG, THROUGHPUT_FLAG)
+            },
             "baseline_accepted_per_s": BASELINE_ACCEPTED_PER_S,
             "baseline": BASELINE_NOTE,
         },

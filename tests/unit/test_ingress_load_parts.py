@@ -130,3 +130,4 @@ def test_haproxy_files_are_private_and_the_socket_path_fits() -> None:
     assert proxies.controller_env("default") == {}
     assert proxies.replica_env(False) == {}
     assert proxies.replica_env(True)["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    assert proxies.replica_env(True)["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1"
