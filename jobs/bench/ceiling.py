@@ -21,6 +21,7 @@ costs or gains here, not on two machines.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import time
 from collections.abc import Callable
@@ -63,18 +64,18 @@ def _measure(
     roots = cpu.local_ray_pids() if measure_cpu else None
     with SimServer(settings(drivers)) as sim:
         log = CallLog.install(sim)
-        before = cpu.tree_cpu_s(roots) if roots else {}
+        meter = cpu.TreeCpu(roots) if roots else contextlib.nullcontext()
         own_before = time.process_time()
-        try:
-            detail = run(sim.url)
-        except Exception as exc:  # an error of this run, reported with the figures
-            detail = {"failed": f"{type(exc).__name__}: {exc}"[:300]}
+        with meter:
+            try:
+                detail = run(sim.url)
+            except Exception as exc:  # an error of this run, reported with the figures
+                detail = {"failed": f"{type(exc).__name__}: {exc}"[:300]}
         own_s = time.process_time() - own_before
-        after = cpu.tree_cpu_s(roots) if roots else {}
         stats = sim.state.stats.as_dict()
         converged, total = sim.state.converged()
     active_s = log.active_s()
-    ray_cpu_s = cpu.spent_s(before, after) if roots else None
+    ray_cpu_s = meter.spent_s if isinstance(meter, cpu.TreeCpu) else None
     decisions = stats["decisions"]
     out: dict[str, Any] = {
         "drivers": total,
@@ -141,6 +142,8 @@ def run(ctx: Context) -> dict[str, Any]:
             "asyncio_task_num_cpus": 0,
             "seed": SEED,
             "pipeline": "shipped default (autoscaling pools)",
+            "node_cpu": f"/proc of the raylet's and GCS's trees, read every "
+            f"{cpu.TreeCpu([]).interval_s} s while a run lasts",
         },
         "runs": runs,
         "targets": {},

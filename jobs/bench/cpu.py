@@ -1,15 +1,21 @@
 """CPU seconds spent by the local Ray node's processes, read from ``/proc`` (Linux).
 
 The ceiling scenario divides decisions by the CPU the Ray node spent on them: the raylet,
-the GCS and every process under the raylet (workers, actors, tasks), plus what the
-raylet's children that exited meanwhile spent (``cutime``/``cstime`` of the raylet, which
-reaps them). Both approaches run in that node, so the same instrument measures both.
+the GCS and every process under the raylet (workers, actors, tasks). Both approaches run
+in that node, so the same instrument measures both.
+
+A process that exits takes its CPU with it: the raylet does not add the workers it reaps
+to its own ``cutime`` (an actor that burnt 2 s and was killed leaves 0.08 s behind), so a
+reading after a sweep stopped its actors misses them. :class:`TreeCpu` reads the tree
+every ``interval_s`` while the run lasts and counts each process up to its last reading.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
+from types import TracebackType
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 
@@ -74,3 +80,56 @@ def spent_s(before: dict[int, float], after: dict[int, float]) -> float:
     """CPU seconds spent between two :func:`tree_cpu_s` readings (processes that started
     in between count from zero)."""
     return sum(max(0.0, cpu - before.get(pid, 0.0)) for pid, cpu in after.items())
+
+
+class TreeCpu:
+    """CPU seconds the trees under ``roots`` spend inside the ``with`` block, read every
+    ``interval_s`` (from a thread) so that a process exiting meanwhile counts up to its
+    last reading: at most ``interval_s`` of its CPU is missed."""
+
+    def __init__(self, roots: list[int], *, interval_s: float = 0.25) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.roots = roots
+        self.interval_s = interval_s
+        self.before: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.readings = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _read(self) -> None:
+        now = tree_cpu_s(self.roots)
+        with self._lock:
+            for pid, cpu_s in now.items():
+                # max: a pid reused by a newer process does not undo the older one's
+                self.last[pid] = max(self.last.get(pid, 0.0), cpu_s)
+            self.readings += 1
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._read()
+
+    def __enter__(self) -> TreeCpu:
+        self.before = tree_cpu_s(self.roots)
+        self.last = dict(self.before)
+        self._thread = threading.Thread(target=self._loop, name="tree-cpu", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._read()
+
+    @property
+    def spent_s(self) -> float:
+        with self._lock:
+            return spent_s(self.before, self.last)

@@ -253,6 +253,49 @@ def test_tree_cpu_sees_this_process_spend_cpu() -> None:
     assert after[os.getpid()] - before[os.getpid()] >= 0.2
 
 
+# A parent that, like Ray's raylet, never adds the children it reaps to its own CPU
+# (SIGCHLD ignored: the kernel reaps them), with one child that burns 0.6 s and exits.
+_REAPER = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+subprocess.Popen([sys.executable, "-c",
+    "import time\\nend = time.process_time() + 0.6\\nwhile time.process_time() < end: pass"])
+time.sleep(float(sys.argv[1]))
+"""
+
+
+def test_tree_cpu_counts_a_process_that_exited_before_the_end() -> None:
+    import subprocess
+
+    from jobs.bench.cpu import TreeCpu, spent_s, tree_cpu_s
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc")
+    parent = subprocess.Popen([sys.executable, "-c", _REAPER, "4"])
+    try:
+        time.sleep(0.05)
+        before = tree_cpu_s([parent.pid])
+        with TreeCpu([parent.pid], interval_s=0.05) as meter:
+            deadline = time.monotonic() + 3.5
+            while time.monotonic() < deadline and len(tree_cpu_s([parent.pid])) < 2:
+                time.sleep(0.02)  # the burner started
+            while time.monotonic() < deadline and len(tree_cpu_s([parent.pid])) > 1:
+                time.sleep(0.02)  # ... and is gone
+        after = tree_cpu_s([parent.pid])
+    finally:
+        parent.kill()
+        parent.wait()
+    assert spent_s(before, after) < 0.3  # read at the end only, the burner is missed
+    assert meter.spent_s >= 0.4 and meter.readings >= 3
+
+
+def test_tree_cpu_refuses_a_bad_interval() -> None:
+    from jobs.bench.cpu import TreeCpu
+
+    with pytest.raises(ValueError, match="interval_s must be > 0"):
+        TreeCpu([1], interval_s=0)
+
+
 def _step(rate: float, calls: int, refused: int, errors: int = 0) -> dict:
     return {
         "rate_per_s": rate,
