@@ -275,4 +275,7 @@ class DriverReviewIngress:
             "replica": _replica_id(),
             "dedupe_entries": len(self.seen),
             "in_flight": len(self._inflight),
+            # Pings waiting for a free intake call, and the calls out now.
+            "intake_waiting": self._intake.waiting,
+            "intake_calls": self._intake.in_flight,
         }

@@ -361,6 +361,7 @@ def test_ingress_counters_by_handle(main: Edge, http: httpx.Client) -> None:
     assert ingress["accepted"] == before["accepted"] + 1
     assert ingress["duplicates"] == before["duplicates"] + 1
     assert ingress["batches"] >= 1 and ingress["replica"]
+    assert ingress["intake_waiting"] == 0 and ingress["intake_calls"] == 0  # at rest
 
 
 def test_serve_config_file_and_builder_args() -> None:
