@@ -143,7 +143,7 @@ def run(ctx: Context) -> dict[str, Any]:
             "seed": SEED,
             "pipeline": "shipped default (autoscaling pools)",
             "node_cpu": f"/proc of the raylet's and GCS's trees, read every "
-            f"{cpu.TreeCpu([]).interval_s} s while a run lasts",
+            f"{cpu.READ_EVERY_S} s while a run lasts",
         },
         "runs": runs,
         "targets": {},
