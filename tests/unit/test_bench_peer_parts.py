@@ -273,8 +273,7 @@ def test_tree_cpu_counts_a_process_that_exited_before_the_end() -> None:
         pytest.skip("reads /proc")
     parent = subprocess.Popen([sys.executable, "-c", _REAPER, "4"])
     try:
-        time.sleep(0.05)
-        before = tree_cpu_s([parent.pid])
+        before = tree_cpu_s([parent.pid])  # Popen returns once the parent exists
         with TreeCpu([parent.pid], interval_s=0.05) as meter:
             deadline = time.monotonic() + 3.5
             while time.monotonic() < deadline and len(tree_cpu_s([parent.pid])) < 2:

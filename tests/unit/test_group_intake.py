@@ -165,7 +165,8 @@ def test_linger_holds_a_batch_for_company() -> None:
         second = asyncio.create_task(intake(2))
         await asyncio.sleep(0.01)
         assert flush.batches == []  # still lingering
-        while not flush.batches:
+        give_up = loop.time() + 5.0
+        while not flush.batches and loop.time() < give_up:
             await asyncio.sleep(0.005)
         assert loop.time() - started >= 0.05
         assert flush.batches == [[1, 2]]
