@@ -39,8 +39,9 @@ CALLS_PER_DRIVER = 6.0  # measured: 3,054 calls for 495 drivers (one sweep per s
 SWEEP_S = {False: 66.0, True: 6.0}  # full / quick: how long a sweep should last at the limit
 PACED_STEP_S = {False: 6.0, True: 2.0}  # full / quick: each step of the paced client's ladder
 # Beside each sweep's figure, the same from this long after its first review call on: what
-# it held once the cold discovery was over (the target counts the whole sweep).
-COLD_S = 20.0
+# it held once the cold discovery was over (the target counts the whole sweep). Full /
+# quick: a quick sweep lasts 6 s at the limit.
+COLD_S = {False: 20.0, True: 2.0}
 
 
 def _drivers(quick: bool) -> int:
@@ -53,8 +54,10 @@ def _figures(
     settings: dict[str, Any],
     sweep: dict[str, Any],
     converged: tuple[int, int],
+    cold_s: float,
 ) -> dict[str, Any]:
-    """``entries``: (time, status) of every request the limiter answered, listing first."""
+    """``entries``: (time, status) of every request the limiter answered, listing first;
+    ``cold_s``: how long after the first review call the figure after cold start begins."""
     entries = sorted(entries)
     useful = [t for t, s in entries if s != "429"]
     refused = len(entries) - len(useful)
@@ -75,7 +78,8 @@ def _figures(
         "drivers": converged[1],
         "timed_out": sweep["timed_out"],
         "sweep_wall_s": sweep["wall_s"],
-        "utilization_after_cold_ratio": _utilization_after(useful[1:], COLD_S),
+        "cold_s": cold_s,
+        "utilization_after_cold_ratio": _utilization_after(useful[1:], cold_s),
         # Where a sweep loses against its limit: slow start, a pause, a step back.
         "useful_calls_per_second_series": _per_second(useful[1:]),
     }
@@ -125,7 +129,7 @@ def _through_proxy(ctx: Context, label: str, make: Callable[[str], Any]) -> dict
         time.sleep(0.2)  # the last log lines
         entries = [(t, str(s)) for t, s in proxy.log()]
         converged = sim.state.converged()
-        out = _figures(label, entries, proxy.settings(), sweep, converged)
+        out = _figures(label, entries, proxy.settings(), sweep, converged, COLD_S[ctx.quick])
         out["paced_client"] = _paced(ctx, proxy.url, label)
         return out
 
@@ -149,6 +153,7 @@ def _in_sim(ctx: Context, label: str, limiter: str) -> dict[str, Any]:
             {"kind": "sim", "limiter": limiter, "rate_per_s": RATE_PER_S, "retry_after": True},
             sweep,
             converged,
+            COLD_S[ctx.quick],
         )
         out["paced_client"] = _paced(ctx, sim.url, label)
     return out
@@ -169,7 +174,7 @@ def _note(r: dict[str, Any]) -> str:
     """Beside a shape's utilization: what it held once cold discovery was over, and what
     a client that knows the limit gets here."""
     after = r.get("utilization_after_cold_ratio")
-    held = f"after the first {COLD_S:g} s {after:.3g}; " if after is not None else ""
+    held = f"after the first {r['cold_s']:g} s {after:.3g}; " if after is not None else ""
     p = r["paced_client"]
     if "error" in p:
         return f"{held}the paced client failed"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.bench.limiter_shapes import COLD_S, RATE_PER_S, _figures, _note, _per_second
+from jobs.bench import limiter_shapes
+from jobs.bench.limiter_shapes import RATE_PER_S, _figures, _note, _per_second
 
 SWEEP = {"timed_out": False, "wall_s": 70.0}
+COLD_S = 20.0
 
 
 def _log(cold_rate: float, rate: float, seconds: float) -> list[tuple[float, str]]:
@@ -22,7 +24,7 @@ def _log(cold_rate: float, rate: float, seconds: float) -> list[tuple[float, str
 def test_a_cold_start_shows_in_the_series_and_apart_from_what_was_held_after() -> None:
     entries = _log(RATE_PER_S / 2, RATE_PER_S, 60.0)
     entries.append((3.0, "429"))
-    out = _figures("x", entries, {}, SWEEP, (10, 10))
+    out = _figures("x", entries, {}, SWEEP, (10, 10), COLD_S)
     series = out["useful_calls_per_second_series"]
     assert len(series) == 60
     assert all(29 <= n <= 31 for n in series[: int(COLD_S)])
@@ -36,7 +38,7 @@ def test_a_cold_start_shows_in_the_series_and_apart_from_what_was_held_after() -
 
 
 def test_a_sweep_shorter_than_its_cold_start_has_no_figure_after_it() -> None:
-    out = _figures("x", _log(RATE_PER_S, RATE_PER_S, COLD_S / 2), {}, SWEEP, (1, 1))
+    out = _figures("x", _log(RATE_PER_S, RATE_PER_S, COLD_S / 2), {}, SWEEP, (1, 1), COLD_S)
     assert out["utilization_after_cold_ratio"] is None
     note = _note({**out, "paced_client": {"error": "boom"}})
     assert note == "the paced client failed"
@@ -45,3 +47,10 @@ def test_a_sweep_shorter_than_its_cold_start_has_no_figure_after_it() -> None:
 def test_per_second_counts_from_the_first_time() -> None:
     assert _per_second([]) == []
     assert _per_second([10.0, 10.2, 11.9, 13.0]) == [2, 1, 0, 1]
+
+
+def test_each_run_mode_has_a_figure_after_its_cold_start() -> None:
+    """A quick sweep lasts SWEEP_S at the limit at the least: its cold window must end
+    well inside it, or the quick benchmark reports a figure without a value."""
+    for quick in (False, True):
+        assert limiter_shapes.COLD_S[quick] <= limiter_shapes.SWEEP_S[quick] / 3
