@@ -101,7 +101,7 @@ def latency_figures(
             "measured_pings": target(
                 float(intake["n"] or 0),
                 ">=",
-                0.5 * ping_rate * (t1 - t0),
+                float(round(0.5 * ping_rate * (t1 - t0))),  # whole pings
                 "at least half the changes of the window measured",
             ),
         },
