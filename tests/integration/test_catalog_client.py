@@ -180,21 +180,25 @@ def test_local_limiter_converges_near_an_undisclosed_limit(sim_factory) -> None:
     refutes its readings, and, when the two bucket readings differ by more than NARROW,
     one more while the rate holds at what the server served before the second, to tell a
     window from a bucket (at about 12 s). Each pauses for the simulator's Retry-After
-    (1 s). The rate is measured from 1.5 s after the last 429 to the end, at least 4 s."""
+    (1 s). A crossing is counted once however many requests it refuses: slow start's
+    can refuse all that were in flight (ten at 1.16 s on a loaded machine). The rate is
+    measured from 1.5 s after the last 429 to the end, at least 4 s."""
     sim = sim_factory(SimSettings(drivers=500, seed=2, rate_limit=50, latency_ms=5))
     duration_s = 24.0
     governor = RateGovernor(GovernorConfig())
     answers = load(sim.url, governor, duration_s)
     refused_at = [t for t, status in answers if status == 429]
+    crossings = [t for i, t in enumerate(refused_at) if i == 0 or t - refused_at[i - 1] > 0.5]
     settled_s = max(refused_at, default=0.0) + 1.5
     served, _ = rates(answers, settled_s, duration_s)
     _, share_all = rates(answers, 0, duration_s)
     print(
-        f"\nconvergence at rate_limit=50: 429s at {[round(t, 2) for t in refused_at]}; "
+        f"\nconvergence at rate_limit=50: 429s at {[round(t, 2) for t in refused_at]} "
+        f"({len(crossings)} crossings); "
         f"served {served:.2f} req/s over [{settled_s:.1f}, {duration_s:.0f}) s; "
         f"429 share {share_all:.2%} overall ({len(answers)} requests); {governor.stats()}"
     )
-    assert 1 <= len(refused_at) <= 6, refused_at  # slow start found the limit, then a few
+    assert 1 <= len(crossings) <= 4, refused_at  # slow start found the limit, then a few
     assert duration_s - settled_s >= 4.0, refused_at  # settled within 20 s
     assert 45 <= served <= 52
     assert 47 <= governor.stats()["limit_estimate"] <= 53
