@@ -43,9 +43,7 @@ readings are combined by how the 429 came about.
   unless the last two bucket readings agree, the rate holds at the count for
   ``VERIFY_S``, which a window never refuses and a bucket soon does, at a steady pace
   whose bucket reading is then taken, and climbed on from (a count a fixed window let
-  through across its edge is over its limit, and refused as a bucket's would be; so is
-  one a two-window estimate let through after a pause, even where the bucket reading
-  agrees with the one before: it is climbed on from, not taken as the limit).
+  through across its edge is over its limit, and refused as a bucket's would be).
 - *cheap*: a 429 without Retry-After costs a request (nginx). The rate steps back by
   ``CHEAP_STEP`` and climbs so that about ``CHEAP_SHARE`` of requests draw one (an
   additive increase against a multiplicative decrease), slowed by how many 429s a step
@@ -232,10 +230,6 @@ def decide(m: Moment, r: Reading) -> Decision:
             # what it served there. Soon after a pause, a fixed window's edge or a
             # two-window estimate lets more than its limit through in a second.)
             return made(bucket, count, False, verify=True)
-        if last.holding and count is not None and not clipped:
-            # Refused on the way to a count held to verify, all it was sent served: a
-            # bucket, or a window under that count. Climb on from the bucket reading.
-            return made(bucket, bucket, False)
         return made(bucket, bucket, True)  # the same bucket reading twice: its rate
     if last.reliable and count is not None and not clipped:
         # Refused soon after settling under a reading taken as the limit, all it was sent
