@@ -173,7 +173,7 @@ def test_nginx_without_burst_under_arrival_jitter_settles_where_the_jitter_allow
     ``1 / (1 / rate + jitter_s)``. The best fixed pace that knows both the limit and the
     jitter, at most 1% of its requests refused, is the bound (2 ms at 60/s: 0.896 of the
     limit, what the benchmark's paced client gets from real nginx). From 20 s on, discovery
-    serves within 0.95 of it (today 0.962-0.993; the cold start costs 0.04-0.07 more over
+    serves within 0.95 of it (today 0.962-0.993; the cold start costs 0.03-0.04 more over
     the whole minute), with at most 1% 429s."""
     bound = best_paced_utilization("leaky", rate, jitter_s=jitter_s, duration_s=DURATION_S)
     run = simulate(
