@@ -25,20 +25,10 @@ from tests.support.rate_sim import (
     knowing_utilization,
     simulate,
 )
+from tests.support.shape_grid import SHAPES
 
 DURATION_S = 60.0
 LATENCY_S = 0.02
-#: (shape, whether its 429 says Retry-After): the sim's windows do; nginx and HAProxy don't.
-SHAPES = [
-    ("token", True),
-    ("leaky", False),
-    ("leaky-burst", False),
-    ("leaky-delay", False),
-    ("fixed", True),
-    ("sliding", True),
-    ("sliding-log", True),
-    ("haproxy", False),
-]
 #: (shape, limit) -> why the target cannot be met there: the shape serves less than 0.95 of
 #: its nominal limit to any client.
 CANNOT = {
