@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
 @pytest.mark.timeout(600)
 def test_sweep_of_2000_drivers_at_an_undisclosed_rate_limit(sim_factory, tmp_path) -> None:
-    sim = sim_factory(SimSettings(drivers=2000, seed=7, rate_limit=100))
+    sim = sim_factory(SimSettings(drivers=2000, seed=7, rate_limit=200))
     data_dir = str(tmp_path / "data")
     summary = run_sweep(sweep_config(sim.url), SweepOptions(data_dir=data_dir, timeout_s=500))
     print(
