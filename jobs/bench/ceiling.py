@@ -45,7 +45,7 @@ from jobs.bench.peer_runners import run_fanout
 from jobs.bench.peer_scoring import run_error
 from jobs.bench.peers import in_review_ids
 
-QUICK_DRIVERS = 300
+QUICK_DRIVERS = 150
 FULL_DRIVERS = 2000
 CONCURRENCY = 64  # the asyncio reviewer's drivers in flight
 TIMEOUT_S = 600.0

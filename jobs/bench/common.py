@@ -57,7 +57,7 @@ class Sizes:
 
 
 QUICK = Sizes(
-    sweep_drivers=120,
+    sweep_drivers=80,
     rate_limit=100.0,
     live_drivers=150,
     ping_rate=5.0,
@@ -66,7 +66,7 @@ QUICK = Sizes(
     ingress_concurrency=16,
     ingress_rounds=1,
     ledger_sizes=(50_000, 200_000),
-    isolation_drivers=80,
+    isolation_drivers=40,
     slow_delay_s=0.5,
     ingress_duration_s=3.0,
 )

@@ -36,12 +36,12 @@ from jobs.bench.limiters import HaproxyLimiter, NginxLimiter, missing_binary
 RATE_PER_S = 60.0  # where nginx limit_req was first measured against the governor
 NGINX_BURST = 12  # 0.2 s at the rate, as the simulator's default bucket
 CALLS_PER_DRIVER = 6.0  # measured: 3,054 calls for 495 drivers (one sweep per shape)
-SWEEP_S = {False: 66.0, True: 6.0}  # full / quick: how long a sweep should last at the limit
-PACED_STEP_S = {False: 6.0, True: 2.0}  # full / quick: each step of the paced client's ladder
+SWEEP_S = {False: 66.0, True: 4.0}  # full / quick: how long a sweep should last at the limit
+PACED_STEP_S = {False: 6.0, True: 1.0}  # full / quick: each step of the paced client's ladder
 # Beside each sweep's figure, the same from this long after its first review call on: what
 # it held once the cold discovery was over (the target counts the whole sweep). Full /
-# quick: a quick sweep lasts 6 s at the limit.
-COLD_S = {False: 20.0, True: 2.0}
+# quick: a quick sweep lasts 4 s at the limit.
+COLD_S = {False: 20.0, True: 1.0}
 
 
 def _drivers(quick: bool) -> int:
