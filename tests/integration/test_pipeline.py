@@ -159,7 +159,7 @@ def test_pool_held_by_the_rate_limit_does_not_grow(sim_factory, tmp_path) -> Non
     async def scenario() -> list[dict]:
         await _feed_all(system, sim.url)
         seen = await _watch_pool(system, "security", lambda s: False, 20)
-        # What the workers hold waits for permits at 15/s: draining it took ~30 s.
+        # What the workers hold waits for permits at 15/s: draining it took 28 s.
         await stop_system(system, drain_timeout_s=2.0)
         return seen
 
