@@ -56,6 +56,8 @@ async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S
     status: dict[str, Any] = {
         "instance": system.instance,
         "at": time.time(),
+        # The configured order: ``pools`` lacks a pool that did not answer in time.
+        "stages": list(system.config.stage_names),
         "ok": not unavailable and not orch.get("refused"),
         "unavailable": unavailable,
         "refused": orch.get("refused"),  # why the orchestrator takes no work, or None

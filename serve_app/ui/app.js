@@ -81,7 +81,8 @@
   const last = () => state.history[state.history.length - 1];
 
   // -- the live view -----------------------------------------------------------------
-  function stages(s) { return [...new Set([...Object.keys(s.pools || {}), ...Object.keys(s.backlog || {})])]; }
+  // In the configured order (``stages``); a pool that did not answer is still drawn.
+  function stages(s) { return [...new Set([...(s.stages || []), ...Object.keys(s.pools || {}), ...Object.keys(s.backlog || {})])]; }
 
   function renderHeader(s) {
     $("instance").textContent = s.instance;

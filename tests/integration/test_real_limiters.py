@@ -69,13 +69,13 @@ def test_sweep_through_haproxy_stick_table(sim_factory, tmp_path) -> None:
     if why := missing_binary("haproxy"):
         pytest.skip(why)
     sim = sim_factory(SimSettings(drivers=DRIVERS, seed=12, latency_ms=5))
-    # 0.87 of the limit with 0.3% 429s on a quiet machine, 3.4% alone on a slow one (0.79-0.84
-    # and 0.9-1.6% before 429s were read against what was served): HAProxy counts the requests it
-    # denies, so an overshoot echoes (the governor pauses for it). A 20 s sweep has few
-    # 429s to share out: within full suites 4.34% (54 in 1,245) and 5.02% (63 in 1,254, a
-    # slow day), with two busy processes beside it 7.1%. Bounded at 8% here, above what load
-    # alone gave and a guard against the lockouts of old (17% on the fake clock); the 1%
-    # target is the benchmark's, over a minute.
+    # 0.87 of the limit with 0.3% 429s on a quiet machine, 3.4% alone on a slow one
+    # (0.79-0.84 and 0.9-1.6% before 429s were read against what was served): HAProxy
+    # counts the requests it denies, so an overshoot echoes (the governor pauses for it).
+    # A 20 s sweep has few 429s to share out: within full suites 4.34% (54 in 1,245) and
+    # 5.02% (63 in 1,254, a slow day), with two busy processes beside it 7.1%. Bounded at
+    # 8% here, above what load alone gave and a guard against the lockouts of old (17% on
+    # the fake clock); the 1% target is the benchmark's, over a minute.
     _sweep_through(
         HaproxyLimiter(sim.url, rate=RATE), sim, tmp_path, min_utilization=0.2, max_share=0.08
     )

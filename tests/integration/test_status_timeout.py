@@ -25,4 +25,7 @@ def test_status_of_missing_actors_returns_within_its_timeout() -> None:
     took_s = time.monotonic() - started
     print(f"status of a missing instance in {took_s:.1f}s: unavailable {doc['unavailable']}")
     assert not doc["ok"] and set(doc["unavailable"]) >= {"orchestrator", "governor", "cache"}
+    # No pool answered, yet the document names the stages in their configured order
+    # (the live page draws them from it).
+    assert doc["pools"] == {} and doc["stages"] == load_config().stage_names
     assert took_s < 10.0  # the actor lookup's own timeout is 60 s

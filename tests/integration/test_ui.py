@@ -148,6 +148,7 @@ def test_live_page_draws_the_pipeline_and_agrees_with_status(
     service: Service, browser: Browser, tmp_path: Path
 ) -> None:
     stages = service.config.stage_names
+    assert service.status()["stages"] == stages
     browser.navigate(f"{service.admin}/ui#token={service.token}")
     drawn = browser.wait_for(
         f"document.querySelectorAll('#flow [data-stage]').length >= {len(stages)} && "
