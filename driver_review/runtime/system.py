@@ -1,11 +1,14 @@
 """Start and stop one instance: governor, orchestrator, cache, one pool per stage.
 
 Shutdown order (as in Broadway): stop intake (the caller stops feeding) → drain the pools
-(workers finish what they hold and flush their results) → stop the services.
+(workers finish what they hold and flush their results) → stop the services. The pools
+drain together, so a stop takes at most one drain timeout however many stages hold work;
+what a stage hands on meanwhile stays queued in the orchestrator (and its snapshot).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
@@ -181,11 +184,16 @@ async def stop_system(system: System, *, drain_timeout_s: float = 60.0) -> dict[
     with contextlib.suppress(ValueError):  # no poller in a sweep
         ray.get_actor(system.poller.name, namespace=NAMESPACE)
         final["poller"] = await system.poller.stop()
-    for stage, pool in system.pools.items():
-        try:
-            final["pools"][stage] = await pool.stop(drain_timeout_s)
-        except Exception as exc:
-            log.warning("stopping pool %s: %s", stage, exc)
+    stages = list(system.pools)
+    stopped = await asyncio.gather(
+        *(system.pools[stage].stop(drain_timeout_s) for stage in stages),
+        return_exceptions=True,
+    )
+    for stage, answer in zip(stages, stopped, strict=True):
+        if isinstance(answer, BaseException):
+            log.warning("stopping pool %s: %s", stage, answer)
+        else:
+            final["pools"][stage] = answer
     try:
         final["snapshot"] = await system.orchestrator.snapshot()
     except Exception as exc:

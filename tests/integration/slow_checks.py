@@ -7,6 +7,7 @@ working directory, the repository root under pytest, on the workers' path).
 from __future__ import annotations
 
 import asyncio
+import zlib
 
 from driver_review.catalog.models import DriverRecord
 from driver_review.checks import CheckContext, Outcome
@@ -14,4 +15,12 @@ from driver_review.checks import CheckContext, Outcome
 
 async def slow(driver: DriverRecord, ctx: CheckContext) -> Outcome:
     await asyncio.sleep(float(ctx.options.get("delay_s", 1.0)))
+    return Outcome.ok()
+
+
+async def slow_some(driver: DriverRecord, ctx: CheckContext) -> Outcome:
+    """``slow`` for the drivers whose id hashes to ``parity`` (mod 2), at once for the rest:
+    two stages given opposite parities both hold work (neither starves the other)."""
+    if zlib.crc32(driver.id.encode()) % 2 == int(ctx.options.get("parity", 0)):
+        await asyncio.sleep(float(ctx.options.get("delay_s", 1.0)))
     return Outcome.ok()

@@ -20,6 +20,7 @@ from driver_review.sweep import SweepOptions, run_sweep
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
 SLOW = "tests.integration.slow_checks:slow"
+SLOW_SOME = "tests.integration.slow_checks:slow_some"
 
 
 def _config(
@@ -176,3 +177,48 @@ def test_pool_held_by_the_rate_limit_does_not_grow(sim_factory, tmp_path) -> Non
     assert max(waiting) > 0, "the stage was never held by the governor"
     assert max(s["workers"] for s in seen) == 1
     assert ray.is_initialized()
+
+
+HOLDING = ("security", "compatibility")
+
+
+@pytest.mark.timeout(180)
+def test_a_stop_drains_the_pools_together(sim_factory, tmp_path) -> None:
+    """Security and compatibility both hold checks that outlast the drain (each stalls the
+    drivers of one parity for a minute): the stop waits one drain timeout, not one per
+    stage, so it ends before two have passed."""
+    drain_s = 5.0
+    sim = sim_factory(SimSettings(drivers=40, seed=7))
+    data = _config(sim.url).model_dump()
+    for parity, stage in enumerate(HOLDING):
+        check = f"stall_{stage}"
+        data["checks"][check] = {
+            "kind": "python",
+            "target": SLOW_SOME,
+            "options": {"delay_s": 60.0, "parity": parity},
+        }
+        for spec in data["stages"]:
+            if spec["name"] == stage:
+                spec["checks"].append(check)
+    config = parse_config(data, source="test")
+    system = start_system(
+        config, instance=f"t-{uuid.uuid4().hex[:6]}", data_dir=str(tmp_path), autoscale=False
+    )
+
+    async def scenario() -> tuple[dict[str, int], float, dict]:
+        await _feed_all(system, sim.url)
+        held: dict[str, int] = {}
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline and not all(held.get(s) for s in HOLDING):
+            for stage in HOLDING:
+                held[stage] = (await system.pools[stage].call("stats"))["in_flight"]
+            await asyncio.sleep(0.25)
+        started = time.monotonic()
+        final = await stop_system(system, drain_timeout_s=drain_s)
+        return held, time.monotonic() - started, final
+
+    held, took_s, final = asyncio.run(scenario())
+    print(f"held in flight {held}; stop with a {drain_s:.0f}-s drain took {took_s:.1f}s")
+    assert all(held.get(stage) for stage in HOLDING), f"both stages never held work: {held}"
+    assert set(final["pools"]) == set(config.stage_names)
+    assert took_s < 2 * drain_s, f"the stop took {took_s:.1f}s: the pools drained in turn"
