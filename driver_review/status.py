@@ -5,7 +5,8 @@ Shared by ``GET /status`` of the admin endpoint and the ``driver-review status``
 at once and given ``timeout_s``: a part that does not answer in time (restarting, busy)
 is listed under ``unavailable`` instead of holding up the rest. The orchestrator answers
 from the stats of its last tick (``status``), so the cost of a call does not grow with
-the ledger. URLs are shown redacted (no credentials, no query).
+the ledger; so does each pool, so a worker busy on a slow check does not hold it up.
+URLs are shown redacted (no credentials, no query).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S
         "orchestrator": system.orchestrator.status(),
         "cache": system.cache.stats(),
         "governor": system.governor.stats(),
-        **{f"pool/{stage}": pool.stats() for stage, pool in system.pools.items()},
+        # A pool answers from its last tick, never held up by a busy worker.
+        **{f"pool/{stage}": pool.status() for stage, pool in system.pools.items()},
     }
     *answers, poller = await asyncio.gather(
         *(_ask(answer, timeout_s) for answer in parts.values()),
@@ -109,6 +111,7 @@ async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S
                 "backlog",
                 "last_reason",
                 "held_by",
+                "stats_age_s",
             )
         }
     status["poller"] = poller if isinstance(poller, dict) else None

@@ -152,6 +152,9 @@ class PoolStats(TypedDict, total=False):
     worker_stats: dict[str, WorkerStats]
     retired: dict[str, int]
     events: list[dict[str, Any]]
+    #: Only in what ``status`` answers: how old its workers' figures are (``None``: not
+    #: looked at yet).
+    stats_age_s: float | None
     #: Only in what ``stop`` answers: call counts of every drained worker.
     retired_calls: dict[str, dict[str, int]]
 

@@ -225,6 +225,11 @@ class StagePoolClient(ActorRef):
         stats: PoolStats = await self.call("stats")
         return stats
 
+    async def status(self) -> PoolStats:
+        """The stats as of the pool's last tick, without asking its workers now."""
+        stats: PoolStats = await self.call("status")
+        return stats
+
 
 class StageWorkerClient(ActorRef):
     """``<instance>/worker/<stage>/<n>``, owned by its pool.

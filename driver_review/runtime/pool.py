@@ -63,6 +63,9 @@ class StagePoolService:
         self.events: list[dict[str, Any]] = []  # scale events, newest last (bounded)
         self.peak_workers = 0
         self.last_sample: PoolSample | None = None
+        # The workers' stats as last gathered (each tick), for ``status``.
+        self._seen: dict[str, WorkerStats] = {}
+        self._seen_at: float | None = None
         # An async actor's constructor runs on its event loop: start here, so a pool that
         # Ray restarts (its node died, say) makes its workers again without being asked.
         self._starting = asyncio.Lock()
@@ -77,6 +80,7 @@ class StagePoolService:
                 try:
                     while len(self.workers) < self.policy.min_workers:
                         await self._add("start")
+                    await self._worker_stats()  # what ``status`` shows until the first tick
                 finally:
                     # Whatever happened, tick: the autoscaler tops a pool up to min_workers,
                     # so a restarted pool whose first start failed still gets its workers.
@@ -144,6 +148,7 @@ class StagePoolService:
         }
         for n, s in live.items():  # where each is, as it says (Ray placed some itself)
             self.node_of[n] = s["node_id"]
+        self._seen, self._seen_at = live, time.time()
         return live
 
     async def _next_node(self) -> str | None:
@@ -235,7 +240,18 @@ class StagePoolService:
         return summary
 
     async def stats(self) -> dict[str, Any]:
-        stats = await self._worker_stats()
+        """Stats with every worker asked now (a busy worker holds the answer up)."""
+        return self._summary(await self._worker_stats())
+
+    async def status(self) -> dict[str, Any]:
+        """The stats as of the last tick's look at the workers (``stats_age_s`` old), at
+        once: what ``/status`` shows, which a worker whose event loop is busy (a slow
+        synchronous check, a loaded machine) must not hold up."""
+        summary = self._summary({n: s for n, s in self._seen.items() if n in self.workers})
+        summary["stats_age_s"] = None if self._seen_at is None else time.time() - self._seen_at
+        return summary
+
+    def _summary(self, stats: dict[str, WorkerStats]) -> dict[str, Any]:
         return {
             "stage": self.stage,
             "workers": len(self.workers),

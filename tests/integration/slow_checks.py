@@ -7,6 +7,7 @@ working directory, the repository root under pytest, on the workers' path).
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
 
 from driver_review.catalog.models import DriverRecord
@@ -23,4 +24,19 @@ async def slow_some(driver: DriverRecord, ctx: CheckContext) -> Outcome:
     two stages given opposite parities both hold work (neither starves the other)."""
     if zlib.crc32(driver.id.encode()) % 2 == int(ctx.options.get("parity", 0)):
         await asyncio.sleep(float(ctx.options.get("delay_s", 1.0)))
+    return Outcome.ok()
+
+
+_blocked = 0  # calls of ``blocking`` that blocked, in this process
+
+
+def blocking(driver: DriverRecord, ctx: CheckContext) -> Outcome:
+    """A synchronous check that blocks its worker's event loop for ``delay_s`` (a user's
+    check doing blocking I/O): the worker answers nothing meanwhile. Only the first
+    ``times`` calls in a process block, if given."""
+    global _blocked
+    times = ctx.options.get("times")
+    if times is None or _blocked < int(times):
+        _blocked += 1
+        time.sleep(float(ctx.options.get("delay_s", 1.0)))
     return Outcome.ok()

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import ray
 
-from driver_review.backlog import Lane
 from driver_review.config import PipelineConfig, load_config, parse_config
 from driver_review.results import read_results
 from driver_review.runtime.system import start_system, stop_system
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions, run_sweep
+from tests.support.actors import feed_catalog
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
@@ -100,17 +100,6 @@ async def _watch_pool(system, stage: str, until, timeout_s: float) -> list[dict]
     return seen
 
 
-async def _feed_all(system, url: str) -> int:
-    from driver_review.runtime.clients import make_catalog
-    from driver_review.wire import change_of
-
-    catalog, _ = make_catalog(system.config, system.instance)
-    changes = [change_of(system.config.stage_names, s) async for s in catalog.iter_drivers()]
-    await catalog.aclose()
-    await system.orchestrator.call("intake", changes, int(Lane.STALE))
-    return len(changes)
-
-
 @pytest.mark.timeout(300)
 def test_pool_grows_under_backlog_and_shrinks_back_when_idle(sim_factory, tmp_path) -> None:
     # One security worker reviews 1 driver/s: far below what intake feeds it even when the
@@ -124,7 +113,7 @@ def test_pool_grows_under_backlog_and_shrinks_back_when_idle(sim_factory, tmp_pa
     system = start_system(config, instance=f"t-{uuid.uuid4().hex[:6]}", data_dir=str(tmp_path))
 
     async def scenario() -> tuple[list[dict], list[dict]]:
-        await _feed_all(system, sim.url)
+        await feed_catalog(system)
         grew = await _watch_pool(system, "security", lambda s: s["workers"] == 3, 90)
         await _wait_quiescent(system, 180)
         shrank = await _watch_pool(system, "security", lambda s: s["workers"] == 1, 60)
@@ -158,7 +147,7 @@ def test_pool_held_by_the_rate_limit_does_not_grow(sim_factory, tmp_path) -> Non
     system = start_system(config, instance=f"t-{uuid.uuid4().hex[:6]}", data_dir=str(tmp_path))
 
     async def scenario() -> list[dict]:
-        await _feed_all(system, sim.url)
+        await feed_catalog(system)
         seen = await _watch_pool(system, "security", lambda s: False, 20)
         # What the workers hold waits for permits at 15/s: draining it took 28 s.
         await stop_system(system, drain_timeout_s=2.0)
@@ -206,7 +195,7 @@ def test_a_stop_drains_the_pools_together(sim_factory, tmp_path) -> None:
     )
 
     async def scenario() -> tuple[dict[str, int], float, dict]:
-        await _feed_all(system, sim.url)
+        await feed_catalog(system)
         held: dict[str, int] = {}
         deadline = time.monotonic() + 60.0
         while time.monotonic() < deadline and not all(held.get(s) for s in HOLDING):

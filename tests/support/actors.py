@@ -6,6 +6,7 @@ from typing import Any
 
 import ray
 
+from driver_review.backlog import Lane
 from driver_review.runtime.names import NAMESPACE
 
 
@@ -20,3 +21,16 @@ def named_actor(name: str) -> Any | None:
 
 def actor_exists(name: str) -> bool:
     return named_actor(name) is not None
+
+
+async def feed_catalog(system: Any) -> int:
+    """Queue every driver of ``system``'s catalog, as the poller's bootstrap does (stale
+    lane); how many."""
+    from driver_review.runtime.clients import make_catalog
+    from driver_review.wire import change_of
+
+    catalog, _ = make_catalog(system.config, system.instance)
+    changes = [change_of(system.config.stage_names, s) async for s in catalog.iter_drivers()]
+    await catalog.aclose()
+    await system.orchestrator.call("intake", changes, int(Lane.STALE))
+    return len(changes)
