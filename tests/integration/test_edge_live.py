@@ -39,6 +39,7 @@ from serve_app.admin import ADMIN_TOKEN_ENV
 from serve_app.openapi import SCHEMA_PATH, render
 from serve_app.service import SECRET_ENV, admin_url, start_service, stop_service
 from tests.support.net import free_port
+from tests.support.serve import shutdown_serve
 
 pytestmark = pytest.mark.ray
 
@@ -102,6 +103,7 @@ def live(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         )
     finally:
         stop_service(system)
+        shutdown_serve()  # and its proxy: the next module's Serve takes a port of its own
         sim.stop()
         for key, value in saved.items():
             if value is None:

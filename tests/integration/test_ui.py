@@ -29,6 +29,7 @@ from serve_app.admin import ADMIN_TOKEN_ENV
 from serve_app.service import SECRET_ENV, admin_url, start_service, stop_service, ui_address
 from tests.support.cdp import Browser, chromium_binary
 from tests.support.net import free_port
+from tests.support.serve import shutdown_serve
 
 pytestmark = pytest.mark.ray
 
@@ -92,6 +93,7 @@ def service(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield Service(admin_url(system.instance), token, config, system, sim, data_dir)
     finally:
         stop_service(system)
+        shutdown_serve()  # and its proxy: the next module's Serve takes a port of its own
         sim.stop()
         for key, value in saved.items():
             if value is None:
