@@ -136,6 +136,9 @@ class WorkerStats(TypedDict, total=False):
     results_buffered: int
     results_written: int
     draining: bool
+    #: Set by its pool, ``False``: it did not answer in time (its event loop is held); the
+    #: other figures are as last seen, with every slot counted in use.
+    answering: bool
 
 
 class PoolStats(TypedDict, total=False):

@@ -10,6 +10,7 @@ and are re-queued — nothing is lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 
 TICK_S = 1.0
 DRAIN_TIMEOUT_S = 60.0
+#: A worker slower than this to give its stats is busy (see ``_worker_stats``).
+WORKER_ANSWER_S = 2.0
 #: Names tried when adding a worker (a restarted pool may find its first ones taken).
 NAME_ATTEMPTS = 1000
 
@@ -66,6 +69,7 @@ class StagePoolService:
         # The workers' stats as last gathered (each tick), for ``status``.
         self._seen: dict[str, WorkerStats] = {}
         self._seen_at: float | None = None
+        self._asking: dict[str, asyncio.Future[WorkerStats]] = {}  # stats asked, unanswered
         # An async actor's constructor runs on its event loop: start here, so a pool that
         # Ray restarts (its node died, say) makes its workers again without being asked.
         self._starting = asyncio.Lock()
@@ -124,32 +128,69 @@ class StagePoolService:
             await self._retire(idlest, self.policy.last_reason)
 
     async def _worker_stats(self) -> dict[str, WorkerStats]:
-        """Stats of live workers; a dead one is replaced (its leases expire and re-queue)."""
+        """Stats of live workers. A dead one is replaced (its leases expire and re-queue);
+        one that does not answer within ``WORKER_ANSWER_S`` is busy (a synchronous check
+        holds its event loop, say): it stays, counted with every slot in use, so the tick
+        goes on and the autoscaler sees a stage that is not keeping up."""
         names = list(self.workers)
-        results = await asyncio.gather(
-            *(self.workers[n].ping() for n in names), return_exceptions=True
+        answers = await asyncio.gather(
+            *(self._look(n, self.workers[n]) for n in names), return_exceptions=True
         )
-        for name, res in zip(names, results, strict=True):
-            if isinstance(res, BaseException):
-                log.warning("pool %s: worker %s is gone (%s)", self.stage, name, type(res).__name__)
-                self.workers.pop(name, None)
-                self.node_of.pop(name, None)
         # The autoscaling tick runs beside this coroutine and may add or retire a worker
         # while we await: pair the answers with the names they were asked of, and keep
         # only workers still in the pool.
-        names = list(self.workers)
-        stats = await asyncio.gather(
-            *(self.workers[n].stats() for n in names), return_exceptions=True
-        )
-        live = {
-            n: s
-            for n, s in zip(names, stats, strict=True)
-            if not isinstance(s, BaseException) and n in self.workers
-        }
-        for n, s in live.items():  # where each is, as it says (Ray placed some itself)
-            self.node_of[n] = s["node_id"]
+        live: dict[str, WorkerStats] = {}
+        for name, answer in zip(names, answers, strict=True):
+            if name not in self.workers:
+                continue
+            if isinstance(answer, BaseException):
+                log.warning(
+                    "pool %s: worker %s is gone (%s)", self.stage, name, type(answer).__name__
+                )
+                worker = self.workers.pop(name)
+                self.node_of.pop(name, None)
+                with contextlib.suppress(Exception):  # if it lingers, it must not lease
+                    ray.kill(worker.handle, no_restart=True)
+            elif answer is None:
+                live[name] = self._busy(name)
+            else:
+                live[name] = answer
+                self.node_of[name] = answer["node_id"]  # as it says (Ray placed some)
         self._seen, self._seen_at = live, time.time()
         return live
+
+    async def _look(self, name: str, worker: StageWorkerClient) -> WorkerStats | None:
+        """The worker's stats, or ``None`` if it has not answered within
+        ``WORKER_ANSWER_S``; raises if it is gone. A question not yet answered is waited
+        on again rather than asked anew, so a blocked worker's queue does not grow."""
+        asking = self._asking.get(name)
+        if asking is None or asking.done():
+            asking = self._asking[name] = asyncio.ensure_future(worker.stats())
+            # Read even if no one waits for it any more (the worker retired meanwhile).
+            asking.add_done_callback(lambda f: f.cancelled() or f.exception())
+        try:
+            return await asyncio.wait_for(asyncio.shield(asking), WORKER_ANSWER_S)
+        except TimeoutError:
+            return None
+        finally:
+            if asking.done():
+                self._asking.pop(name, None)
+
+    def _busy(self, name: str) -> WorkerStats:
+        """A worker that did not answer in time: as last seen (what it waited for, what
+        held it), with every slot in use."""
+        slots = self.config.stage(self.stage).pool.max_in_flight
+        last = self._seen.get(name, {})
+        seen: WorkerStats = {
+            **last,
+            "name": name,
+            "stage": self.stage,
+            "in_flight": slots,
+            "max_in_flight": slots,
+            "waiting_for_permit": min(slots, last.get("waiting_for_permit", 0)),
+            "answering": False,
+        }
+        return seen
 
     async def _next_node(self) -> str | None:
         """The alive node holding fewest of this pool's workers (see
@@ -205,6 +246,7 @@ class StagePoolService:
     async def _retire(self, name: str, reason: str, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         worker = self.workers.pop(name)
         self.node_of.pop(name, None)
+        self._asking.pop(name, None)
         self._event("drain", name, reason)
         try:
             final = await worker.drain(timeout_s)

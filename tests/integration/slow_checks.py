@@ -7,6 +7,7 @@ working directory, the repository root under pytest, on the workers' path).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import zlib
 
@@ -27,16 +28,15 @@ async def slow_some(driver: DriverRecord, ctx: CheckContext) -> Outcome:
     return Outcome.ok()
 
 
-_blocked = 0  # calls of ``blocking`` that blocked, in this process
-
-
 def blocking(driver: DriverRecord, ctx: CheckContext) -> Outcome:
     """A synchronous check that blocks its worker's event loop for ``delay_s`` (a user's
-    check doing blocking I/O): the worker answers nothing meanwhile. Only the first
-    ``times`` calls in a process block, if given."""
-    global _blocked
-    times = ctx.options.get("times")
-    if times is None or _blocked < int(times):
-        _blocked += 1
-        time.sleep(float(ctx.options.get("delay_s", 1.0)))
+    check doing blocking I/O): the worker answers nothing meanwhile. With ``once`` (a
+    file path), only the call that creates that file blocks, in whichever process."""
+    once = ctx.options.get("once")
+    if once is not None:
+        try:
+            os.close(os.open(str(once), os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return Outcome.ok()
+    time.sleep(float(ctx.options.get("delay_s", 1.0)))
     return Outcome.ok()
