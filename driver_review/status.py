@@ -107,6 +107,7 @@ async def collect_status(system: System, *, timeout_s: float = DEFAULT_TIMEOUT_S
                 "max_workers",
                 "peak_workers",
                 "in_flight",
+                "not_answering",
                 "waiting_for_permit",
                 "backlog",
                 "last_reason",

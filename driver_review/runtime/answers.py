@@ -149,6 +149,7 @@ class PoolStats(TypedDict, total=False):
     max_workers: int
     last_reason: str
     in_flight: int
+    not_answering: int
     waiting_for_permit: int
     backlog: int
     held_by: list[str]

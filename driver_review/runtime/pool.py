@@ -302,6 +302,8 @@ class StagePoolService:
             "max_workers": self.policy.max_workers,
             "last_reason": self.policy.last_reason,
             "in_flight": sum(s["in_flight"] for s in stats.values()),
+            # Workers that did not answer in time (a blocking check holds their loop).
+            "not_answering": sum(1 for s in stats.values() if s.get("answering") is False),
             # As the autoscaler saw it last: this stage's items held by the rate governor.
             "waiting_for_permit": self.last_sample.waiting_for_permit if self.last_sample else 0,
             "backlog": self.last_sample.backlog if self.last_sample else 0,

@@ -152,6 +152,8 @@
     // workers wait for permits, as they should when the pipeline runs at the vendor's rate.
     const held = (pool.held_by || []).length > 0;
     const atLimit = !held && (pool.waiting_for_permit || 0) > 0;
+    // Workers whose event loop did not answer the pool in time: a check that blocks.
+    const silent = (pool.not_answering || 0) > 0;
     const dots = h("div", { class: "dots", title: "workers: min / current / max" });
     for (let k = 0; k < (pool.max_workers || 0); k++) dots.append(h("i", { class: (k < pool.workers ? "on" : "") + (k < pool.min_workers ? " min" : "") }));
     const dps = p ? p.decisions_per_s[stage] : null;
@@ -160,6 +162,7 @@
     Charts.spark(spark, state.history.map((q) => ((q.backlog[stage] || [0, 0])[0] + (q.backlog[stage] || [0, 0])[1])), Charts.PALETTE[i % 8]);
     return h("div", { class: "node stage" + (held ? " held" : ""), "data-stage": stage },
       h("h3", {}, stage, held ? h("span", { class: "tag" }, "held by check endpoint")
+        : silent ? h("span", { class: "tag" }, "worker not answering")
         : atLimit ? h("span", { class: "tag muted" }, "at rate limit") : null),
       row("backlog", num(["backlog", stage, "queued"])),
       bar([["fresh", b.fresh], ["stale", b.stale]], Math.max(b.queued || 0, 1)),
@@ -168,6 +171,7 @@
       dots,
       row("leased · in flight", num(["leased_by_stage", stage]), " · ", num(["pools", stage, "in_flight"])),
       row("waiting for permits", num(["pools", stage, "waiting_for_permit"])),
+      row("not answering", num(["pools", stage, "not_answering"])),
       row("decisions/s", h("span", { class: "num", "data-dps": stage }, dps == null ? "–" : fmt(dps, 1))),
       row("appr · rej · err", ...["approved", "rejected", "error"].flatMap((k, j) => [j ? " · " : null, num(["counters", "verdicts_by_stage", stage, k], (x) => fmt(x ?? 0))]).filter(Boolean)),
       spark,

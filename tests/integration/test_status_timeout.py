@@ -86,3 +86,5 @@ def test_a_worker_blocked_by_a_synchronous_check_holds_up_neither_status_nor_its
         assert "pool/intake" not in doc["unavailable"], doc["unavailable"]
         assert pool["workers"] >= 1 and pool["stats_age_s"] is not None
     assert pools[-1]["workers"] == 2, "the pool did not grow behind its blocked worker"
+    # The silent worker is named as such once the pool's tick has given up waiting on it.
+    assert any(pool["not_answering"] == 1 for pool in pools), "no worker shown not answering"
