@@ -222,9 +222,11 @@ def format_status(status: dict[str, Any]) -> list[str]:
     lines.append(f"  {'stage':<14}{'queued':>8}{'workers':>9}{'in flight':>11}{'held':>6}")
     for stage, pool in (status.get("pools") or {}).items():
         queued = (status.get("backlog") or {}).get(stage, {}).get("queued", 0)
+        silent = pool.get("not_answering") or 0
         lines.append(
             f"  {stage:<14}{queued:>8}{pool['workers']:>9}{pool['in_flight']:>11}"
             f"{pool['waiting_for_permit']:>6}"
+            + (f"  ({silent} not answering: a check blocks its loop?)" if silent else "")
         )
     for key, gov in (status.get("governor") or {}).items():
         lines.append(f"  governor {key}: {governor_line(gov)}")

@@ -282,7 +282,8 @@ class StagePoolService:
         return summary
 
     async def stats(self) -> dict[str, Any]:
-        """Stats with every worker asked now (a busy worker holds the answer up)."""
+        """Stats with every worker asked now (one silent for ``WORKER_ANSWER_S`` counts
+        as busy)."""
         return self._summary(await self._worker_stats())
 
     async def status(self) -> dict[str, Any]:

@@ -42,3 +42,18 @@ def test_the_status_text_has_a_line_per_endpoint() -> None:
     lines = format_status(status)
     assert "  governor http://catalog:8080: aimd at 98.0/s (limit ~100.0/s), 0 429s" in lines
     assert "  governor https://scan:443: header at 9.8/s (limit ~10.0/s), 0 429s" in lines
+
+
+def test_a_stage_with_a_worker_not_answering_says_so() -> None:
+    pool = {"workers": 2, "in_flight": 9, "waiting_for_permit": 0}
+    status = {
+        "instance": "prod",
+        "ok": True,
+        "backlog": {"intake": {"queued": 40}},
+        "pools": {"intake": {**pool, "not_answering": 1}, "security": pool},
+    }
+    lines = format_status(status)
+    intake = next(line for line in lines if line.startswith("  intake"))
+    security = next(line for line in lines if line.startswith("  security"))
+    assert intake.endswith("(1 not answering: a check blocks its loop?)"), intake
+    assert "not answering" not in security
