@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import sys
-import threading
+import time
 from typing import Any, TextIO
 
 from driver_review import env
@@ -178,13 +178,13 @@ class StopSignal:
 
     def __init__(self) -> None:
         self.received: list[int] = []
-        self._stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._handler)
 
     def _handler(self, signum: int, _frame: object) -> None:
+        # No lock here (not even a threading.Event's): the handler runs between two
+        # bytecodes of the main thread, which may hold that very lock, and would deadlock.
         self.received.append(signum)
-        self._stop.set()
 
     def wait(self) -> int:
         """Block the main thread until a stop signal; returns the first one's number.
@@ -193,8 +193,8 @@ class StopSignal:
         a signal the kernel hands to another thread (Ray has many) does not wake a main
         thread blocked without a timeout, so the handler would never run.
         """
-        while not self._stop.wait(timeout=STOP_POLL_S):
-            pass
+        while not self.received:
+            time.sleep(STOP_POLL_S)
         return self.received[0]
 
 

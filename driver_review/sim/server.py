@@ -141,10 +141,12 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def serve_forever(settings: SimSettings, *, out: TextIO = sys.stdout) -> None:
     """Serve until SIGINT/SIGTERM, then stop cleanly. Call from the main thread."""
-    stop = threading.Event()
+    received: list[int] = []
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        # No lock (not even a threading.Event's): the handler runs between two bytecodes
+        # of the main thread, which may be holding it.
+        received.append(signum)
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -158,8 +160,8 @@ def serve_forever(settings: SimSettings, *, out: TextIO = sys.stdout) -> None:
             )
             if server.checks_url:
                 print(f"checks API: {server.checks_url}/v1/checks/{{check}}", file=out, flush=True)
-            while server.running and not stop.wait(0.5):
-                pass
+            while server.running and not received:
+                time.sleep(0.5)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
