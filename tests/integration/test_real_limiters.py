@@ -86,7 +86,8 @@ def test_a_paced_client_finds_how_close_nginx_without_burst_lets_it_come(sim_fac
     """The benchmark's reference beside each shape: one asyncio process sending on a fixed
     schedule at a share of the limit it is told. nginx without ``burst=`` refuses a request
     closer than ceil(1000/R) ms to the last (17 ms at 60 r/s, 58.8/s at most), so at 0.98
-    any lateness refuses more than 1%; some lower share passes. With a burst, 0.98 passes."""
+    any lateness refuses more than 1%, and fewer as the pace falls; some lower share passes
+    on a quiet machine (0.8-0.9). With a burst, 0.98 passes."""
     if why := missing_binary("nginx"):
         pytest.skip(why)
     sim = sim_factory(SimSettings(drivers=20, seed=13, latency_ms=5))
@@ -96,7 +97,12 @@ def test_a_paced_client_finds_how_close_nginx_without_burst_lets_it_come(sim_fac
     first = out["steps"][0]
     assert first["fraction"] == 0.98 and first["calls"] >= 100
     assert first["rate_limited_share"] > paced.MAX_SHARE_429
-    assert out["utilization_ratio"] is not None and out["utilization_ratio"] < 0.98
+    # Which share passes depends on how late this machine's sends come: in a loaded full
+    # suite even 0.5 drew 5% 429s (0.98: 35%, 0.6: 1.4%). What holds anywhere: refusals
+    # fall well below 0.98's as the pace falls, and a share that passes is below 0.98.
+    fewest = min(step["rate_limited_share"] for step in out["steps"])
+    assert fewest < first["rate_limited_share"] / 4, out["steps"]
+    assert out["utilization_ratio"] is None or out["utilization_ratio"] < 0.98
     with NginxLimiter(sim.url, rate=60, burst=12) as burst:
         out = paced.measure(burst.url, 60.0, step_s=2.0)
     assert [s["fraction"] for s in out["steps"]] == [0.98]
