@@ -17,11 +17,17 @@ CHILD = textwrap.dedent("""
     import signal, sys, threading, time
     from serve_app.service import wait_for_stop_signal
 
+    def in_place() -> bool:
+        # The service's own handler: a function, but not Python's default one. Not just
+        # "not the default": a shell's background job starts with SIGINT ignored (SIG_IGN),
+        # and a signal sent then is lost.
+        handler = signal.getsignal(signal.{name})
+        return callable(handler) and handler is not signal.default_int_handler
+
     def deliver_to_this_thread() -> None:
         # Only once the handlers are in place (bounded: the child's own timeout is 60 s).
         deadline = time.monotonic() + 10
-        while (signal.getsignal(signal.{name}) in (signal.SIG_DFL, signal.default_int_handler)
-               and time.monotonic() < deadline):
+        while not in_place() and time.monotonic() < deadline:
             time.sleep(0.01)
         # What the kernel may do with a process-directed SIGINT: deliver it to any thread
         # that does not block it. Here, deterministically, to this one.
