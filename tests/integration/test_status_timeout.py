@@ -16,6 +16,7 @@ from driver_review.runtime.system import System, start_system, stop_system
 from driver_review.sim import SimSettings
 from driver_review.status import collect_status
 from tests.support.actors import feed_catalog
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
 
@@ -44,12 +45,13 @@ def test_a_worker_blocked_by_a_synchronous_check_holds_up_neither_status_nor_its
     once, so the stage is neither missing nor reported unavailable; its tick goes on,
     counting the silent worker busy, so with a backlog queued behind it the pool grows."""
     sim = sim_factory(SimSettings(drivers=8, seed=3))
+    marker = tmp_path / "blocked"
     data = load_config().model_dump()
     data["catalog"]["url"] = sim.url
     data["checks"]["blocking"] = {
         "kind": "python",
         "target": "tests.integration.slow_checks:blocking",
-        "options": {"delay_s": 12.0, "once": str(tmp_path / "blocked")},
+        "options": {"delay_s": 12.0, "once": str(marker)},
     }
     for spec in data["stages"]:
         if spec["name"] == "intake":
@@ -60,7 +62,10 @@ def test_a_worker_blocked_by_a_synchronous_check_holds_up_neither_status_nor_its
 
     async def scenario() -> tuple[list[dict], int]:
         await feed_catalog(system)
-        await asyncio.sleep(2.5)  # the worker is on its first driver by now
+        # The check makes this file just before it blocks the worker's loop.
+        await asyncio.to_thread(
+            wait_until, marker.exists, 30.0, "the blocking check to start", every_s=0.05
+        )
         docs, unanswered = [], 0
         for _ in range(4):
             docs.append(await collect_status(system, timeout_s=1.0))
