@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -13,8 +14,12 @@ from driver_review.identifiers import redact_location
 from driver_review.results import read_results
 
 
-def build_report(data_dir: str) -> dict[str, Any]:
+def build_report(data_dir: str, *, since: datetime | None = None) -> dict[str, Any]:
+    """The results under ``data_dir``; with ``since`` (timezone-aware), only the decisions
+    made from then on (one run's, in a data dir that holds earlier runs too)."""
     table = read_results(data_dir)
+    if since is not None:
+        table = table.filter(pc.greater_equal(table.column("reviewed_at"), since))
     rows = table.num_rows
     verdicts = Counter(table.column("verdict").to_pylist())
     by_stage: dict[str, dict[str, int]] = {}

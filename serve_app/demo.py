@@ -19,6 +19,8 @@ import socket
 import sys
 import time
 import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import httpx
@@ -37,6 +39,7 @@ from serve_app.service import (
 DEMO_RATE_LIMIT = 150.0  # requests/s the simulated vendor allows (the client is not told)
 CATCH_UP_S = 120.0  # after the updates stop, how long the service may take to finish
 VIEW_EVERY_S = 1.0
+PLAIN_EVERY_S = 5.0  # a plain line this often when the output is not a terminal
 
 
 def _free_port() -> int:
@@ -46,7 +49,8 @@ def _free_port() -> int:
 
 
 class View:
-    """A block redrawn in place on a terminal; a plain line every few seconds otherwise."""
+    """A block redrawn in place on a terminal; a plain line every few seconds otherwise
+    (a log, a pipe, CI), which must say as much in one line."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
@@ -59,15 +63,54 @@ class View:
         self.out.write(text + "\n")
         self.out.flush()
 
-    def show(self, lines: list[str]) -> None:
+    def show(self, frame: Frame, *, last: bool = False) -> None:
         if self.tty:
+            lines = frame.table()
             up = f"\x1b[{self._drawn}F" if self._drawn else ""
             self.out.write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
             self._drawn = len(lines)
-        elif time.monotonic() - self._last >= 5.0:
+        elif last or time.monotonic() - self._last >= PLAIN_EVERY_S:
             self._last = time.monotonic()
-            self.out.write(" | ".join(line.strip() for line in lines[:1] + lines[-2:]) + "\n")
+            self.out.write(frame.line() + "\n")
         self.out.flush()
+
+
+@dataclass(frozen=True)
+class StageRow:
+    stage: str
+    queued: int
+    workers: int | None  # None: its pool did not answer
+    in_flight: int
+    held: int  # of those in flight, waiting for a permit of the rate governor
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What the live view shows at one moment."""
+
+    heading: str  # phase, time and what the catalog saw
+    stages: list[StageRow]
+    decisions: str
+
+    def table(self) -> list[str]:
+        rows = [f"  {'stage':<14}{'queued':>8}{'workers':>9}{'in flight':>11}{'held':>6}"]
+        for r in self.stages:
+            workers = "?" if r.workers is None else str(r.workers)
+            rows.append(f"  {r.stage:<14}{r.queued:>8}{workers:>9}{r.in_flight:>11}{r.held:>6}")
+        return [self.heading, *rows, f"  {self.decisions}"]
+
+    def line(self) -> str:
+        stages = "; ".join(
+            f"{r.stage} {r.queued} queued, "
+            + (
+                "pool not answering"
+                if r.workers is None
+                else f"{r.workers} worker{'' if r.workers == 1 else 's'}"
+            )
+            + f", {r.in_flight} in flight ({r.held} held)"
+            for r in self.stages
+        )
+        return f"{self.heading} | {stages} | {self.decisions}"
 
 
 def run_demo(*, duration_s: float, drivers: int, data_dir: str, out: TextIO = sys.stdout) -> int:
@@ -106,6 +149,7 @@ def run_demo(*, duration_s: float, drivers: int, data_dir: str, out: TextIO = sy
             results={"rollover_s": 5.0},
         )
         instance = f"demo-{uuid.uuid4().hex[:6]}"
+        begun = datetime.now(UTC)  # this run's decisions are the ones made from now on
         system = start_service(
             config,
             config_path=None,
@@ -138,12 +182,12 @@ def run_demo(*, duration_s: float, drivers: int, data_dir: str, out: TextIO = sy
             done, total = sim.state.converged()
         final = _frame(system, sim.url, time.monotonic() - started, "done")
         stop_service(system)
-        view.show(final)
-        _summary(view, sim.url, data_dir, done, total)
+        view.show(final, last=True)
+        _summary(view, sim.url, data_dir, done, total, begun)
         return 0 if done == total else 1
 
 
-def _frame(system: Any, sim_url: str, elapsed_s: float, phase: str) -> list[str]:
+def _frame(system: Any, sim_url: str, elapsed_s: float, phase: str) -> Frame:
     from driver_review.status import collect_status
 
     status = asyncio.run(collect_status(system))
@@ -151,32 +195,47 @@ def _frame(system: Any, sim_url: str, elapsed_s: float, phase: str) -> list[str]
     requests = sum(sum(by.values()) for by in sim["requests"].values())
     hooks = sim["webhooks"]
     verdicts = (status.get("counters") or {}).get("verdicts", {})
-    lines = [
-        f"[{phase} {elapsed_s:5.0f}s] catalog: {sim['changes_generated']} changes, "
-        f"{requests} calls, 429s {sim['rate_limited'] / max(requests, 1):.1%}, pings "
-        f"{hooks.get('delivered', 0)} delivered / {hooks.get('dropped', 0)} dropped",
-        f"  {'stage':<14}{'queued':>8}{'workers':>9}{'in flight':>11}{'held':>6}",
-    ]
-    for stage, pool in (status.get("pools") or {}).items():
-        queued = (status.get("backlog") or {}).get(stage, {}).get("queued", 0)
-        lines.append(
-            f"  {stage:<14}{queued:>8}{pool['workers']:>9}{pool['in_flight']:>11}"
-            f"{pool['waiting_for_permit']:>6}"
+    pools = status.get("pools") or {}
+    backlog = status.get("backlog") or {}
+    stages = []
+    for stage in status.get("stages") or list(pools):  # in the pipeline's order
+        pool = pools.get(stage)
+        stages.append(
+            StageRow(
+                stage,
+                queued=(backlog.get(stage) or {}).get("queued", 0),
+                workers=None if pool is None else pool["workers"],
+                in_flight=0 if pool is None else pool["in_flight"],
+                held=0 if pool is None else pool["waiting_for_permit"],
+            )
         )
-    gov: dict[str, Any] = next(iter((status.get("governor") or {}).values()), {})
+    # The catalog's endpoint (check APIs elsewhere have governors of their own).
+    governors = status.get("governor") or {}
+    gov: dict[str, Any] = governors.get(sim_url) or next(iter(governors.values()), {})
     cache = status.get("cache") or {}
-    lines.append(
-        "  decisions: "
-        + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items()))
-        + f"; governor {gov.get('rate', 0):.0f}/s ({gov.get('state', '-')}); "
-        f"cache hit ratio {(cache.get('hit_ratio') or 0):.2f}"
+    return Frame(
+        heading=(
+            f"[{phase} {elapsed_s:5.0f}s] catalog: {sim['changes_generated']} changes, "
+            f"{requests} calls, 429s {sim['rate_limited'] / max(requests, 1):.1%}, pings "
+            f"{hooks.get('delivered', 0)} delivered / {hooks.get('dropped', 0)} dropped"
+        ),
+        stages=stages,
+        decisions=(
+            "decisions: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items()))
+            + f"; governor {gov.get('rate', 0):.0f}/s ({gov.get('state', '-')}); "
+            f"cache hit ratio {(cache.get('hit_ratio') or 0):.2f}"
+        ),
     )
-    return lines
 
 
-def _summary(view: View, sim_url: str, data_dir: str, done: int, total: int) -> None:
+def _summary(
+    view: View, sim_url: str, data_dir: str, done: int, total: int, since: datetime
+) -> None:
     sim = httpx.get(f"{sim_url}/_sim/stats", timeout=10).json()
-    report = build_report(data_dir)
+    # This run's decisions: the data dir may hold an earlier demo's too.
+    report = build_report(data_dir, since=since)
+    held = build_report(data_dir)["rows"]
     lat = report.get("intake_to_decision_s") or {}
     view.say("")
     view.say(
@@ -189,9 +248,11 @@ def _summary(view: View, sim_url: str, data_dir: str, done: int, total: int) -> 
     )
     if lat:
         view.say(f"intake to decision: p50 {lat['p50']:.2f}s, p99 {lat['p99']:.2f}s")
+    rows = f"{report['rows']} rows of Parquet"
+    if held > report["rows"]:
+        rows += f" from this run (beside {held - report['rows']} from earlier runs)"
     view.say(
-        f"results: {report['rows']} rows of Parquet under {data_dir}/reviews/ — "
-        f"`driver-review report --data-dir {data_dir}`"
+        f"results: {rows} under {data_dir}/reviews/ — `driver-review report --data-dir {data_dir}`"
     )
 
 

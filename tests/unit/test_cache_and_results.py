@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import dataclasses
+from datetime import UTC, datetime
+
 import pyarrow.parquet as pq
 
 from driver_review.cache import CacheCore, Entry
+from driver_review.report import build_report
 from driver_review.results import ResultRow, ResultWriter, read_results
 
 
@@ -89,3 +93,19 @@ def test_writer_rolls_over_by_rows_and_by_age(tmp_path) -> None:
 
 def test_reading_an_empty_data_dir_gives_the_schema(tmp_path) -> None:
     assert read_results(str(tmp_path / "nothing")).num_rows == 0
+
+
+def test_a_report_since_a_moment_counts_only_the_decisions_made_from_then_on(tmp_path) -> None:
+    w = ResultWriter(str(tmp_path), name="w", rollover_rows=100, rollover_s=10)
+    earlier = [_row(i) for i in range(3)]  # reviewed at 1_700_000_000.5
+    later = [
+        dataclasses.replace(_row(i), reviewed_at=1_700_000_100.0, queued_at=1_700_000_098.0)
+        for i in range(3, 5)
+    ]
+    w.add(earlier + later)
+    w.flush()
+    since = datetime.fromtimestamp(1_700_000_050, UTC)
+    everything, recent = build_report(str(tmp_path)), build_report(str(tmp_path), since=since)
+    assert everything["rows"] == 5 and recent["rows"] == 2 and recent["drivers"] == 2
+    assert recent["intake_to_decision_s"]["p50"] == 2.0  # the later rows' wait alone
+    assert build_report(str(tmp_path), since=datetime.now(UTC))["rows"] == 0
