@@ -25,6 +25,7 @@ from driver_review.warmstart import LearntStore
 from tests.faults.s3 import S3Server, moto_server
 from tests.support.configs import fast_config
 from tests.support.live import converged, diverged, start_live
+from tests.support.results import result_row
 from tests.support.wait import poll_until
 
 
@@ -41,22 +42,8 @@ def s3_dir(s3: S3Server) -> tuple[str, str]:
     return s3.uri(bucket, "data"), f"{bucket}/data"
 
 
-def _row(i: int, verdict: str = "approved") -> ResultRow:
-    return ResultRow(
-        driver_id=f"drv-{i}",
-        version="1.0",
-        stage="intake",
-        verdict=verdict,
-        reasons={} if verdict == "approved" else {"hardware_ids_valid": "bad id"},
-        checks=[
-            {"name": "hardware_ids_valid", "outcome": "passed", "reason": "", "duration_s": 0.001}
-        ],
-        reviewed_at=1_700_000_000.5 + i,
-        queued_at=1_700_000_000.0,
-        duration_s=0.01,
-        lane="fresh",
-        worker="w1",
-    )
+def _row(i: int, failed: str | None = None) -> ResultRow:
+    return result_row(f"drv-{i}", 1_700_000_000.5 + i, failed=failed)
 
 
 def _ledger(n: int) -> Ledger:
@@ -86,7 +73,7 @@ def test_results_round_trip_on_s3(s3_dir) -> None:
     started = time.perf_counter()
     writer.add([_row(i) for i in range(4)])  # reaching 4 rows rolls a file over
     writer.add([_row(i) for i in range(4, 8)])
-    writer.add([_row(i) for i in range(8, 10)] + [_row(10, "rejected")])
+    writer.add([_row(i) for i in range(8, 10)] + [_row(10, failed="hardware_ids_valid")])
     assert writer.files == 2 and writer.buffered == 3
     writer.flush()
     write_s = time.perf_counter() - started

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from driver_review.results import ResultRow, ResultWriter
+from driver_review.results import ResultWriter
+from tests.support.results import result_row
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -23,22 +24,6 @@ RUN_TIMEOUT_S = 420.0  # start-up, 5 s of updates, up to the demo's own 120-s ca
 
 
 EARLIER_ROWS = 3
-
-
-def _earlier_row(i: int) -> ResultRow:
-    return ResultRow(
-        driver_id=f"drv-earlier-{i}",
-        version="1.0",
-        stage="intake",
-        verdict="approved",
-        reasons={},
-        checks=[],
-        reviewed_at=time.time() - 86_400,  # a day ago
-        queued_at=time.time() - 86_401,
-        duration_s=0.01,
-        lane="fresh",
-        worker="earlier",
-    )
 
 
 @pytest.mark.timeout(480)
@@ -51,8 +36,11 @@ def test_demo_runs_and_ends_at_the_catalogs_truth(tmp_path: Path) -> None:
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     data_dir = tmp_path / "demo"
     # An earlier demo's decisions in the same data dir: the summary tells them apart.
+    a_day_ago = time.time() - 86_400
     earlier = ResultWriter(str(data_dir), name="earlier", rollover_rows=10, rollover_s=60)
-    earlier.add([_earlier_row(i) for i in range(EARLIER_ROWS)])
+    earlier.add(
+        [result_row(f"drv-earlier-{i}", a_day_ago, worker="earlier") for i in range(EARLIER_ROWS)]
+    )
     earlier.flush()
     try:
         proc = subprocess.run(

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
 
 import pyarrow.parquet as pq
@@ -8,6 +7,7 @@ import pyarrow.parquet as pq
 from driver_review.cache import CacheCore, Entry
 from driver_review.report import build_report
 from driver_review.results import ResultRow, ResultWriter, read_results
+from tests.support.results import result_row
 
 
 def test_cache_hits_only_the_same_version_and_counts_each_outcome() -> None:
@@ -34,27 +34,8 @@ def test_cache_evicts_least_recently_used_by_entries_and_bytes() -> None:
     assert cache.stats()["evictions"] >= 3
 
 
-def _row(i: int) -> ResultRow:
-    return ResultRow(
-        driver_id=f"drv-{i}",
-        version="1.0",
-        stage="intake",
-        verdict="rejected",
-        reasons={"hardware_ids_valid": "bad id"},
-        checks=[
-            {
-                "name": "hardware_ids_valid",
-                "outcome": "failed",
-                "reason": "bad id",
-                "duration_s": 0.001,
-            }
-        ],
-        reviewed_at=1_700_000_000.5,
-        queued_at=1_700_000_000.0,
-        duration_s=0.01,
-        lane="fresh",
-        worker="w1",
-    )
+def _row(i: int, at: float = 1_700_000_000.5, waited_s: float = 0.5) -> ResultRow:
+    return result_row(f"drv-{i}", at, failed="hardware_ids_valid", waited_s=waited_s)
 
 
 def test_writer_rolls_over_by_rows_and_by_age(tmp_path) -> None:
@@ -98,14 +79,12 @@ def test_reading_an_empty_data_dir_gives_the_schema(tmp_path) -> None:
 def test_a_report_since_a_moment_counts_only_the_decisions_made_from_then_on(tmp_path) -> None:
     w = ResultWriter(str(tmp_path), name="w", rollover_rows=100, rollover_s=10)
     earlier = [_row(i) for i in range(3)]  # reviewed at 1_700_000_000.5
-    later = [
-        dataclasses.replace(_row(i), reviewed_at=1_700_000_100.0, queued_at=1_700_000_098.0)
-        for i in range(3, 5)
-    ]
+    later = [_row(i, at=1_700_000_100.0, waited_s=2.0) for i in range(3, 5)]
     w.add(earlier + later)
     w.flush()
     since = datetime.fromtimestamp(1_700_000_050, UTC)
     everything, recent = build_report(str(tmp_path)), build_report(str(tmp_path), since=since)
     assert everything["rows"] == 5 and recent["rows"] == 2 and recent["drivers"] == 2
+    assert everything["rows_in_dir"] == recent["rows_in_dir"] == 5
     assert recent["intake_to_decision_s"]["p50"] == 2.0  # the later rows' wait alone
     assert build_report(str(tmp_path), since=datetime.now(UTC))["rows"] == 0

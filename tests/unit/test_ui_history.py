@@ -8,8 +8,9 @@ import pytest
 from driver_review.errors import ConfigError
 from driver_review.explain import explain, format_explanation, known
 from driver_review.explain_cli import run_explain
-from driver_review.results import ResultRow, ResultWriter
+from driver_review.results import ResultWriter
 from serve_app.history import StatusHistory
+from tests.support.results import result_row
 
 
 def _doc(at: float, decided: dict[str, int], ok: int = 0, r429: int = 0, fresh: int = 0) -> dict:
@@ -68,37 +69,16 @@ def test_history_is_bounded_by_age_and_count() -> None:
         StatusHistory(window_s=0)
 
 
-def _row(
-    driver: str, version: str, stage: str, verdict: str, at: float, failed: str | None = None
-) -> ResultRow:
-    checks = [{"name": "metadata_complete", "outcome": "passed", "reason": "", "duration_s": 0.001}]
-    if failed:
-        checks.append(
-            {"name": failed, "outcome": "failed", "reason": "sha256 mismatch", "duration_s": 0.25}
-        )
-    return ResultRow(
-        driver,
-        version,
-        stage,
-        verdict,
-        {failed: "sha256 mismatch"} if failed else {},
-        checks,
-        reviewed_at=at,
-        queued_at=at - 0.5,
-        duration_s=0.3,
-        lane="fresh",
-        worker="w/1",
-    )
-
-
 def test_explain_groups_a_drivers_decisions_by_version(tmp_path) -> None:
     writer = ResultWriter(str(tmp_path), name="t", rollover_rows=2, rollover_s=60)
     writer.add(
         [
-            _row("drv-1", "1.0", "intake", "approved", 1000.0),
-            _row("drv-2", "3.0", "intake", "approved", 1000.5),
-            _row("drv-1", "1.0", "security", "rejected", 1001.0, failed="package_digest"),
-            _row("drv-1", "1.1", "intake", "approved", 1002.0),
+            result_row("drv-1", 1000.0),
+            result_row("drv-2", 1000.5, version="3.0"),
+            result_row(
+                "drv-1", 1001.0, stage="security", failed="package_digest", reason="sha256 mismatch"
+            ),
+            result_row("drv-1", 1002.0, version="1.1"),
         ]
     )
     writer.flush()
