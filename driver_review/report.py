@@ -16,8 +16,10 @@ from driver_review.results import read_results
 
 def build_report(data_dir: str, *, since: datetime | None = None) -> dict[str, Any]:
     """The results under ``data_dir``; with ``since`` (timezone-aware), only the decisions
-    made from then on (one run's, in a data dir that holds earlier runs too)."""
+    made from then on (one run's, in a data dir that holds earlier runs too), beside
+    ``rows_in_dir``, every decision the data dir holds."""
     table = read_results(data_dir)
+    rows_in_dir = table.num_rows
     if since is not None:
         table = table.filter(pc.greater_equal(table.column("reviewed_at"), since))
     rows = table.num_rows
@@ -46,6 +48,7 @@ def build_report(data_dir: str, *, since: datetime | None = None) -> dict[str, A
     return {
         "data_dir": redact_location(data_dir),  # an s3:// URI may hold keys
         "rows": rows,
+        "rows_in_dir": rows_in_dir,
         "drivers": len(pc.unique(table.column("driver_id"))) if rows else 0,
         "verdicts": dict(verdicts),
         "by_stage": by_stage,

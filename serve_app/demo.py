@@ -27,7 +27,6 @@ import httpx
 
 from driver_review.config import load_config
 from driver_review.report import build_report
-from driver_review.results import read_results
 from driver_review.sim import SimServer, SimSettings
 from serve_app.service import (
     SECRET_ENV,
@@ -199,7 +198,7 @@ def _frame(system: Any, sim_url: str, elapsed_s: float, phase: str) -> Frame:
     pools = status.get("pools") or {}
     backlog = status.get("backlog") or {}
     stages = []
-    for stage in status.get("stages") or list(pools):  # in the pipeline's order
+    for stage in status["stages"]:  # in the pipeline's order
         pool = pools.get(stage)
         stages.append(
             StageRow(
@@ -236,7 +235,6 @@ def _summary(
     sim = httpx.get(f"{sim_url}/_sim/stats", timeout=10).json()
     # This run's decisions: the data dir may hold an earlier demo's too.
     report = build_report(data_dir, since=since)
-    in_dir = read_results(data_dir).num_rows
     lat = report.get("intake_to_decision_s") or {}
     view.say("")
     view.say(
@@ -250,8 +248,10 @@ def _summary(
     if lat:
         view.say(f"intake to decision: p50 {lat['p50']:.2f}s, p99 {lat['p99']:.2f}s")
     rows = f"{report['rows']} rows of Parquet"
-    if in_dir > report["rows"]:
-        rows += f" from this run (beside {in_dir - report['rows']} from earlier runs)"
+    if report["rows_in_dir"] > report["rows"]:
+        rows += (
+            f" from this run (beside {report['rows_in_dir'] - report['rows']} from earlier runs)"
+        )
     view.say(
         f"results: {rows} under {data_dir}/reviews/ — `driver-review report --data-dir {data_dir}`"
     )
