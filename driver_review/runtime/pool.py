@@ -178,9 +178,9 @@ class StagePoolService:
 
     def _busy(self, name: str) -> WorkerStats:
         """A worker that did not answer in time: as last seen (what it waited for, what
-        held it), with every slot in use."""
-        slots = self.config.stage(self.stage).pool.max_in_flight
+        held it), with every slot it last said it had in use."""
         last = self._seen.get(name, {})
+        slots = last.get("max_in_flight", self.config.stage(self.stage).pool.max_in_flight)
         seen: WorkerStats = {
             **last,
             "name": name,

@@ -82,7 +82,8 @@
 
   // -- the live view -----------------------------------------------------------------
   // In the configured order (``stages``); a pool that did not answer is still drawn.
-  function stages(s) { return [...new Set([...(s.stages || []), ...Object.keys(s.pools || {}), ...Object.keys(s.backlog || {})])]; }
+  // The configured order, whichever pools answered (/status always names every stage).
+  function stages(s) { return s.stages; }
 
   function renderHeader(s) {
     $("instance").textContent = s.instance;
