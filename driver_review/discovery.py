@@ -126,7 +126,7 @@ class Moment:
 class Reading:
     """What the server served before a 429, read from the governor's meter."""
 
-    served: int  # successes in the second before it
+    served: float  # successes per second before it: in the last second, or over a long window
     refused: int  # 429s in that second
     whole: bool  # the governor was running for all of that second
     bucket: float  # the bucket reading since the bucket was last known full (0: none)
@@ -270,6 +270,9 @@ class Discovery:
         self._step_429s = 0.0  # 429s per decision, on average (cheap: see grow)
         self._verified_s = 0.0  # busy time held at a ceiling to verify
         self._probe_doubling_s = PROBE_DOUBLING_S
+        # A long window the limiter showed (a quota per minute): a pace takes that long to
+        # show there, so the probe above the estimate doubles no faster.
+        self.window_s = 0.0
 
     @property
     def estimate(self) -> float | None:
@@ -315,10 +318,20 @@ class Discovery:
         self._held_s = self.ran_s = self._verified_s = 0.0
         self.decided_at = since
 
-    def seed(self, est: float, rate: float, now: float, *, refused: float | None = None) -> None:
+    def seed(
+        self,
+        est: float,
+        rate: float,
+        now: float,
+        *,
+        refused: float | None = None,
+        ceiling: float | None = None,
+    ) -> None:
         """Start from a limit known from elsewhere (a warm start, RateLimit headers no
-        longer sent), at ``rate``: probed slowly from there, read again at the next 429."""
-        self.decision = Decision(est, est, True, False, False, Prior())
+        longer sent, a long window's quota over its length), at ``rate``: approached up to
+        ``ceiling`` if given (a bound of the same reading), probed slowly from there, read
+        again at the next 429."""
+        self.decision = Decision(est, max(est, ceiling or est), True, False, False, Prior())
         self.refused = refused
         self._probe_doubling_s = PROBE_DOUBLING_S
         self.start(rate, now)
@@ -363,7 +376,7 @@ class Discovery:
             # so that a limit under it is crossed gently (a bucket's burst lets a steep
             # climb run far past its rate before it refuses).
             self._reached_at = now
-            approach_s = SEEK_APPROACH_S if d.seeking else APPROACH_S
+            approach_s = SEEK_APPROACH_S if d.seeking else max(APPROACH_S, self.window_s)
             step = max(APPROACH_PER_S * est, (ceiling - est) / approach_s) * elapsed_s
             return min(SETTLE * ceiling, rate + step)
         if d.verify:
@@ -382,7 +395,7 @@ class Discovery:
             # Start slow and double the pace every _probe_doubling_s without a 429: a good
             # estimate keeps the rate just under the limit for long.
             probing_s = max(0.0, now - max(self.decided_at, self._reached_at))
-            doublings = probing_s / self._probe_doubling_s
+            doublings = probing_s / max(self._probe_doubling_s, self.window_s)
             return rate + PROBE_PER_S * 2**doublings * est * elapsed_s
         if d.seeking:
             return rate * math.pow(SEEK_PER_S, elapsed_s)  # the readings of slow start: a guess

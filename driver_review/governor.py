@@ -80,6 +80,19 @@ ECHO_RATIO = 3.0
 ECHO_MIN = 3
 ECHO_SHARE = 0.25
 ECHO_PAUSE_S = 1.0
+# A spell without service runs from a pause for 429s until a request sent after it is
+# served. A 429 for one of the first requests after its pause (within SHUT_FIRST_S, or one
+# permit) finds the endpoint still shut: a window that ran out (a quota per minute, a stick
+# table that counts refusals) stays shut at any pace, so the pause doubles (up to
+# SHUT_PAUSE_MAX_S) and the rate is left alone. A spell of LONG_SPELL_S or more was a long
+# window: the limit is what the endpoint served from the start of the run that ran it out
+# until it served again (per-second counts of the last SERVED_HISTORY_S).
+SHUT_FIRST_S = 0.05
+PROBE_WAIT_S = 1.0  # while shut, one request at a time: the next one this long after
+SHUT_PAUSE_MAX_S = 60.0
+SHUT_REASON = "still shut after a pause"
+LONG_SPELL_S = 8.0
+SERVED_HISTORY_S = 600
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,16 @@ class RateGovernor:
         self._epoch = 0
         self._next_slot = -math.inf
         self._paused_until = -math.inf
+        self._pause_began = -math.inf  # when the pause that ends at _paused_until began
+        self._spell_from: float | None = None  # a spell without service began (a pause)
+        self._spell_run_from = -math.inf  # ... ending the run that began then
+        self._run_from = -math.inf  # when the run the last 429 that was news ended began
+        self._shut_pause_s = 0.0  # the spell's last pause while it stayed shut (0: none)
+        self._served_s: deque[list[int]] = deque()  # [second, successes], for a long spell
+        self._probe_at = -math.inf  # while shut, when the last single permit was leased
+        self._refused_shut_at: float | None = None  # the last request found still shut, sent
+        # A long spell showed a long window, about this long: 429s are read over it.
+        self._window_s: float | None = None
         # Why the current pause: e.g. "429 Retry-After", "quota 'daily' exhausted".
         self._pause_reason: str | None = None
         self._pause_quota: tuple[str, float | None] | None = None  # (name, window_s)
@@ -171,6 +194,7 @@ class RateGovernor:
             "ok": 0,
             "decreases": 0,
             "echo_pauses": 0,
+            "shut_pauses": 0,
         }
 
     # --- leasing ----------------------------------------------------------------------
@@ -191,6 +215,18 @@ class RateGovernor:
         # As many as asked if they fit in an idle schedule; a busy one waits until they do,
         # so leases stay batches instead of one permit per round trip.
         count = min(n, 1 + int(LEASE_HORIZON_S / spacing_s))
+        if self._shut_pause_s and start <= horizon:
+            # Still shut when last asked: one request finds out whether it opened.
+            if now < self._probe_at + PROBE_WAIT_S:
+                return Grant(
+                    self._grant_id,
+                    self._epoch,
+                    (),
+                    self._rate,
+                    retry_in_s=self._probe_at + PROBE_WAIT_S - now,
+                    strict_spacing=self._strict_spacing,
+                )
+            count, self._probe_at = 1, start
         self._grant_id += 1
         last = start + (count - 1) * spacing_s
         paused_for_s = self.paused_for_s(now)
@@ -257,10 +293,13 @@ class RateGovernor:
             # Down for maintenance or overloaded: wait as asked, but the rate that worked
             # before still works after, so nothing is decreased.
             self._n["503s"] += 1
-            self._pause(now + retry_after_s, "503 Retry-After")
+            self._pause(now + retry_after_s, "503 Retry-After", spell=False)
         else:
             self._n["ok"] += 1
             self._meter.answered(sent, ok=True)
+            self._count_served(sent)
+            if self._spell_from is not None and sent >= self._spell_from:
+                self._reopened(sent, now)
             if sent < self._holdoff_until:
                 self._holdoff_ok += 1
         if info is not None:
@@ -283,6 +322,13 @@ class RateGovernor:
         self._n["429s"] += 1
         self._meter.answered(sent, ok=False)
         self._saw_429_in_interval = True
+        if self._mode != "header" and self._still_shut(sent):
+            self._refused_shut_at = sent
+            self._shut_again(now, retry_after_s)
+            return self._epoch
+        if now >= self._holdoff_until:  # news: the run it ended began then
+            origin = now if self._origin is None else self._origin
+            self._run_from = max(self._search.decided_at, origin)
         pace = self._meter.pace(now, self._rate)
         paused = retry_after_s is not None and retry_after_s > 0
         if paused:
@@ -370,6 +416,8 @@ class RateGovernor:
             # When this run started from an earlier one's limit: when that was learnt.
             "warm_start": self._warm,
             "busy_s": self._busy_s,
+            # A long window it showed (a quota per minute): 429s are read over it.
+            "window_s": self._window_s,
             **self._n,
         }
 
@@ -385,6 +433,7 @@ class RateGovernor:
             "limit_estimate": est,
             "header_rate": self._header_rate,
             "strict_spacing": self._strict_spacing,
+            "window_s": self._window_s,
             "learnt_at": self._wall_clock(),
         }
 
@@ -407,6 +456,8 @@ class RateGovernor:
         self._rate = self._clamp(start)
         self._search.seed(est, self._rate, now)
         self._strict_spacing = learnt.get("strict_spacing") is True
+        if (window_s := _positive(learnt.get("window_s"))) is not None:
+            self._window_s = self._search.window_s = min(float(SERVED_HISTORY_S), window_s)
         self._warm = {"learnt_at": float(learnt["learnt_at"]), "age_s": age_s}
         return True
 
@@ -419,6 +470,12 @@ class RateGovernor:
         last known full: the start of the run the 429 ended, all of it in slow start)."""
         start = m.at - WINDOW_S
         refused = self._meter.refused(start, m.at)
+        if self._window_s is not None and self._origin is not None:
+            # A long window: what it served over its length is its limit; a burst's reading
+            # says nothing of it (any pace passes until the quota runs out).
+            since = m.at - self._window_s
+            served = self._served_since(since)
+            return Reading(served / self._window_s, max(refused, 1), True, 0.0)
         return Reading(
             served=self._meter.served(start, m.at),
             refused=max(refused, discovery.MIN_REFUSED) if echo else refused,
@@ -446,12 +503,23 @@ class RateGovernor:
             self._void_grants(self._last_now)
 
     def _pause(
-        self, until: float, reason: str, quota: tuple[str, float | None] | None = None
+        self,
+        until: float,
+        reason: str,
+        quota: tuple[str, float | None] | None = None,
+        *,
+        spell: bool = True,
     ) -> None:
+        """Pause until ``until``; ``spell``: for 429s, so the endpoint is without service
+        until a request sent after it is served (a 503's pause says nothing of a limit)."""
         if until == self._paused_until and quota is not None:
             # A 429 paused us until the exhausted window resets: name the window.
             self._pause_reason, self._pause_quota = reason, quota
         if until > self._paused_until:
+            if self._paused_until < self._last_now:
+                self._pause_began = self._last_now
+            if spell and self._spell_from is None:
+                self._spell_from, self._spell_run_from = self._last_now, self._run_from
             self._paused_until = until
             self._pause_reason, self._pause_quota = reason, quota
             self._next_slot = max(self._next_slot, until)
@@ -481,6 +549,68 @@ class RateGovernor:
                 self._search.revise(decision, rate)
                 self._search.start(rate, self._paused_until)
         self._void_grants(now)
+
+    def _still_shut(self, sent: float) -> bool:
+        """Refused among the first requests after a pause for 429s: the endpoint is as shut
+        as before it (a bucket refills, and a window turns over, in the pause the server
+        asked for; a window that ran out for longer does not)."""
+        end = self._paused_until
+        first = sent <= end + max(SHUT_FIRST_S, 1.0 / self._rate)
+        return self._spell_from is not None and end <= sent and (first or self._shut_pause_s > 0)
+
+    def _shut_again(self, now: float, retry_after_s: float | None) -> None:
+        """Pause twice as long as the last time (at least as long as asked), the rate
+        untouched: no pace is served while a window is out."""
+        last = self._shut_pause_s or max(ECHO_PAUSE_S, self._paused_until - self._pause_began)
+        self._shut_pause_s = min(SHUT_PAUSE_MAX_S, max(retry_after_s or 0.0, 2.0 * last))
+        self._n["shut_pauses"] += 1
+        self._probe_at = -math.inf
+        self._pause(now + self._shut_pause_s, SHUT_REASON)
+        self._holdoff_until = max(self._holdoff_until, self._paused_until)
+        self._void_grants(now)
+
+    def _reopened(self, sent: float, now: float) -> None:
+        """A request sent after the spell began was served. A shut pause begun since, for
+        a request refused after this one, ends now. After a long spell the limit is what
+        the endpoint served from the start of the run that ran it out until now: a long
+        window's quota over about its length (a short run at any pace spends a quota)."""
+        spell_s, run_from = now - (self._spell_from or now), self._spell_run_from
+        refused_at, self._refused_shut_at = self._refused_shut_at, None
+        self._spell_from, self._shut_pause_s, self._probe_at = None, 0.0, -math.inf
+        shut = self._pause_reason == SHUT_REASON
+        if shut and sent < self._pause_began < now < self._paused_until:
+            self._paused_until = now
+            self._void_grants(now)
+        if spell_s < LONG_SPELL_S or self._mode != "aimd":
+            return
+        horizon_s = min(float(SERVED_HISTORY_S), now - run_from)
+        served = self._served_since(now - horizon_s)
+        if horizon_s <= 0 or served <= 0:
+            return
+        # It opened again between the last request refused and this one: over the whole
+        # time, the lower bound is the estimate; over half the gap, the ceiling approached.
+        est, ceiling = served / horizon_s, None
+        if refused_at is not None and run_from < refused_at < sent:
+            ceiling = served / min(horizon_s, (refused_at + sent) / 2 - run_from)
+        self._window_s = self._search.window_s = horizon_s
+        self._rate = self._clamp(SETTLE * est)
+        self._search.seed(est, self._rate, now, ceiling=ceiling)
+        # The 429s still coming back for the requests sent with it are not news.
+        self._holdoff_until = max(self._holdoff_until, now + HOLDOFF_S)
+        self._void_grants(now)
+
+    def _served_since(self, since: float) -> int:
+        """Successes counted in the seconds that reach past ``since``."""
+        return sum(n for second, n in self._served_s if second + 1 > since)
+
+    def _count_served(self, sent: float) -> None:
+        second = math.floor(sent)
+        if self._served_s and self._served_s[-1][0] >= second:
+            self._served_s[-1][1] += 1  # reported late: counted a second or so late
+        else:
+            self._served_s.append([second, 1])
+        while self._served_s and self._served_s[0][0] < second - SERVED_HISTORY_S:
+            self._served_s.popleft()
 
     def _void_grants(self, now: float) -> None:
         """Void every grant out: clients drop what they hold when they next hear from the

@@ -154,6 +154,8 @@ def _governor(stats: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, An
         "503s",
         "decreases",
         "echo_pauses",
+        "shut_pauses",
+        "window_s",
     )
     # Keys are endpoint URLs (or rate_key names): never show the credentials of one.
     return {_shown_key(key): {k: gov.get(k) for k in keep} for key, gov in stats.items()}
@@ -189,6 +191,10 @@ def governor_line(gov: dict[str, Any]) -> str:
     line += f", {gov.get('429s', 0)} 429s"
     if gov.get("echo_pauses"):
         line += f", {gov['echo_pauses']} echo pauses"
+    if gov.get("shut_pauses"):
+        line += f", {gov['shut_pauses']} pauses while shut"
+    if gov.get("window_s"):
+        line += f", window ~{gov['window_s']:.0f}s"
     if gov.get("paused_for_s"):
         why = gov.get("pause_reason") or "paused"
         if gov.get("quota_window_s"):

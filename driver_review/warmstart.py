@@ -4,7 +4,7 @@ Layout: ``<data-dir>/governor/endpoints.json``::
 
     {"version": 1, "endpoints": {"https://api.vendor.example:443":
         {"safe_rate": 58.2, "limit_estimate": 60.1, "header_rate": null,
-         "strict_spacing": true, "learnt_at": 1764550000.0}}}
+         "window_s": null, "strict_spacing": true, "learnt_at": 1764550000.0}}}
 
 Keys are governor keys (``scheme://host:port`` or a configured ``rate_key``): never a
 credential. The file is small and written whole (temporary name and rename on a local
@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 DIR = "governor"
 FILE = "endpoints.json"
 VERSION = 1
-RATES = ("safe_rate", "limit_estimate", "header_rate", "learnt_at")
+#: ``window_s``: a long window the endpoint showed (a quota per minute; absent: none).
+RATES = ("safe_rate", "limit_estimate", "header_rate", "window_s", "learnt_at")
 #: Whether the endpoint's 429s came without Retry-After (absent in older files: false).
 FLAGS = ("strict_spacing",)
 FIELDS = RATES + FLAGS

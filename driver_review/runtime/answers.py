@@ -101,6 +101,8 @@ EndpointStats = TypedDict(
         "503s": int,
         "decreases": int,
         "echo_pauses": int,
+        "shut_pauses": int,
+        "window_s": float | None,
     },
     total=False,
 )

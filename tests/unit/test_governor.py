@@ -146,11 +146,21 @@ def test_only_one_decrease_per_burst_of_429s() -> None:
     # the rate falls back to the lower one.
     assert after_first == gov.rate == pytest.approx(gv.SETTLE * 20)
     # Five 429s without Retry-After and no success: an echo, so a pause (and 429s still
-    # coming back during it are for requests sent before it). A later one is news again.
+    # coming back during it are for requests sent before it).
     assert gov.stats()["echo_pauses"] == 1
     gov.on_429(None, 1.0 + gv.HOLDOFF_S + 0.1)  # past the holdoff, still in the pause
     assert gov.stats()["decreases"] == 1
-    gov.on_429(None, 1.04 + max(gv.HOLDOFF_S, gv.ECHO_PAUSE_S) + 0.01)
+    # The first request after the pause refused too: still shut, so the pause doubles and
+    # the rate stays (no pace is served while a window is out).
+    resumed = 1.04 + max(gv.HOLDOFF_S, gv.ECHO_PAUSE_S)
+    gov.on_429(None, resumed + 0.01)
+    assert gov.stats()["decreases"] == 1 and gov.stats()["shut_pauses"] == 1
+    assert gov.rate == after_first
+    assert gov.paused_for_s(resumed + 0.01) == pytest.approx(2 * gv.ECHO_PAUSE_S)
+    # Served once the pause is over; a 429 after that is news again.
+    reopened = resumed + 0.01 + 2 * gv.ECHO_PAUSE_S
+    gov.observe(200, {}, reopened + 0.02, sent_at=reopened)
+    gov.on_429(None, reopened + 0.5)
     assert gov.stats()["decreases"] == 2
 
 

@@ -230,26 +230,10 @@ def test_a_void_never_hands_out_a_slot_a_process_still_holds() -> None:
     assert run.served_rate(0, DURATION_S) >= 0.88 * 60
 
 
-#: (limit, burst, glitch at s) -> utilization over [10 s, 60 s] today, below 0.9.
-GLITCHED = {
-    (100, 20, 2.0): "0.740",
-}
-
-
 @pytest.mark.parametrize(
     ("rate", "burst", "at"),
     [
-        pytest.param(
-            rate,
-            burst,
-            at,
-            marks=(
-                [pytest.mark.xfail(strict=True, reason=f"today {GLITCHED[rate, burst, at]}")]
-                if (rate, burst, at) in GLITCHED
-                else []
-            ),
-            id=f"{rate}-at-{at:g}s",
-        )
+        pytest.param(rate, burst, at, id=f"{rate}-at-{at:g}s")
         for rate, burst in ((15, 3), (100, 20))
         for at in (1.0, 2.0)
     ],
@@ -261,7 +245,10 @@ def test_one_glitch_in_slow_start_is_left_within_seconds(
     full suite runs on a loaded machine, a client's stall sending its held-back requests
     as one burst) ends slow start far under the limit. Its readings are guesses, so the
     rate seeks on above them: 0.96 of the limit from 10 s at 15/s (0.30 and 0.79 when a
-    glitch set a bound the probe took a minute and a half to leave). Target: 0.9."""
+    glitch set a bound the probe took a minute and a half to leave). Target: 0.9. At
+    100/s the glitch at 2 s refuses the first request after slow start's pause: the
+    endpoint reads as still shut, so the pause doubles and the rate is left alone (it
+    was read as a limit, served nothing, and held 0.740 of it from 10 s on)."""
     run = simulate(
         GlitchServer(TokenBucketServer(rate, burst), at), duration_s=60.0, latency_s=LATENCY_S
     )

@@ -19,14 +19,17 @@ def test_a_quota_pause_names_the_quota_and_its_window_and_a_warm_start_its_age()
         "limit_estimate": 12.25,
         "429s": 3,
         "echo_pauses": 1,
+        "shut_pauses": 2,
+        "window_s": 64.6,
         "paused_for_s": 3600.4,
         "pause_reason": "quota 'daily' exhausted",
         "quota_window_s": 86400.0,
         "warm_start": {"learnt_at": 1.0, "age_s": 95.2},
     }
     assert governor_line(gov) == (
-        "paused at 2.0/s (limit ~12.2/s), 3 429s, 1 echo pauses; paused 3600s more: quota 'daily' "
-        "exhausted, window 86400s; warm start from a limit learnt 95s before"
+        "paused at 2.0/s (limit ~12.2/s), 3 429s, 1 echo pauses, 2 pauses while shut, window "
+        "~65s; paused 3600s more: quota 'daily' exhausted, window 86400s; warm start from a "
+        "limit learnt 95s before"
     )
 
 

@@ -87,6 +87,16 @@ def test_a_warm_start_keeps_spacing_strict_where_429s_came_without_retry_after()
         assert used and gov.lease(1, 0.0).strict_spacing is (said is True)
 
 
+def test_a_warm_start_keeps_the_long_window_an_earlier_run_found() -> None:
+    """A quota per minute: a warm run reads its 429s over the window from the start (see
+    test_governor_windows), up to the ten minutes of counts a governor keeps."""
+    entry = {"safe_rate": 9.0, "limit_estimate": 9.5, "header_rate": None}
+    for said, kept in ((60.5, 60.5), (None, None), (-1.0, None), (86_400.0, 600.0)):
+        gov, used = _warm({**entry, "window_s": said})
+        assert used and gov.stats()["window_s"] == kept
+        assert (gov.learnt() or {})["window_s"] == kept
+
+
 def test_a_header_rate_alone_starts_just_under_it() -> None:
     gov, used = _warm({"safe_rate": None, "limit_estimate": None, "header_rate": 40.0})
     assert used and gov.rate == pytest.approx(0.98 * 40.0)
@@ -99,17 +109,19 @@ def test_the_store_round_trips_merges_newest_first_and_survives_garbage(tmp_path
         "safe_rate": 50.0,
         "limit_estimate": 52.0,
         "header_rate": None,
+        "window_s": 64.5,
         "strict_spacing": True,
         "learnt_at": 100.0,
     }
-    # Written before strict_spacing was kept: read as not known.
+    # Written before strict_spacing and window_s were kept: read as not known.
     b = {"safe_rate": 9.0, "limit_estimate": 10.0, "header_rate": None, "learnt_at": 100.0}
     store.save({"http://127.0.0.1:1": a, "checks": b})
     LearntStore(str(tmp_path)).save(
         {"http://127.0.0.1:1": {**a, "safe_rate": 40.0, "learnt_at": 50.0}}
     )
     # older entry lost
-    assert store.load() == {"http://127.0.0.1:1": a, "checks": {**b, "strict_spacing": None}}
+    unknown = {"strict_spacing": None, "window_s": None}
+    assert store.load() == {"http://127.0.0.1:1": a, "checks": {**b, **unknown}}
     path = tmp_path / "governor" / "endpoints.json"
     doc = json.loads(path.read_text())
     doc["endpoints"]["bad"] = {"safe_rate": "x", "learnt_at": 1.0}
