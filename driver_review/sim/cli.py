@@ -35,6 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "nodelay, burst with delay), fixed or sliding window, HAProxy stick table "
         "(default %(default)s)",
     )
+    add(
+        "--rate-window-s",
+        type=float,
+        help="how long a window limiter counts: R*S requests per S seconds (default 1)",
+    )
     add("--retry-after-format", choices=["seconds", "http-date"], default="seconds")
     add("--ratelimit-headers", action="store_true", help="send IETF RateLimit headers")
     add("--latency-ms", type=float, default=0.0, help="added latency per /v1 request")

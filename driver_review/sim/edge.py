@@ -179,7 +179,9 @@ def _catalog_limits(settings: SimSettings) -> Limits:
         return Limits(None)
     if settings.limiter == "token":
         return Limits(TokenBucket(rate, settings.burst), headers=settings.ratelimit_headers)
-    shape = make_shape(settings.limiter, rate, burst=settings.rate_burst)
+    shape = make_shape(
+        settings.limiter, rate, burst=settings.rate_burst, window_s=settings.rate_window_s or 1.0
+    )
     return Limits(
         None, shape=shape, retry_after=not settings.limiter.startswith(("leaky", "haproxy"))
     )

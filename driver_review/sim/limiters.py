@@ -31,6 +31,8 @@ from typing import Literal, Protocol
 ShapeName = Literal[
     "token", "leaky", "leaky-burst", "leaky-delay", "fixed", "sliding", "sliding-log", "haproxy"
 ]
+#: The shapes that count over a window (``window_s`` long; ``make_shape``'s default 1 s).
+WINDOWED: tuple[str, ...] = ("fixed", "sliding", "sliding-log", "haproxy")
 SHAPES: tuple[str, ...] = (
     "token",
     "leaky",
@@ -206,9 +208,10 @@ class HaproxyRate:
         return Verdict(True)
 
 
-def make_shape(name: str, rate: float, *, burst: int | None = None) -> Shape:
+def make_shape(name: str, rate: float, *, burst: int | None = None, window_s: float = 1.0) -> Shape:
     """A shape by its ``--limiter`` name; ``burst`` defaults to ``ceil(rate / 5)`` where a
-    shape has one (``leaky`` has none: nginx without ``burst=``)."""
+    shape has one (``leaky`` has none: nginx without ``burst=``); a window shape counts
+    ``rate * window_s`` requests per ``window_s`` (a quota per minute: 60)."""
     default_burst = max(1, math.ceil(rate / 5))
     b = default_burst if burst is None else burst
     if name == "token":
@@ -220,11 +223,11 @@ def make_shape(name: str, rate: float, *, burst: int | None = None) -> Shape:
     if name == "leaky-delay":
         return NginxLeaky(rate, b, nodelay=False)
     if name == "fixed":
-        return FixedWindow(rate)
+        return FixedWindow(rate, window_s)
     if name == "sliding":
-        return SlidingCounter(rate)
+        return SlidingCounter(rate, window_s)
     if name == "sliding-log":
-        return SlidingLog(rate)
+        return SlidingLog(rate, window_s)
     if name == "haproxy":
-        return HaproxyRate(rate)
+        return HaproxyRate(rate, window_s)
     raise ValueError(f"unknown limiter shape {name!r} (shapes: {', '.join(SHAPES)})")

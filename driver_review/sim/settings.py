@@ -21,6 +21,7 @@ from pydantic import (
 
 from driver_review import env
 from driver_review.errors import ConfigError, first_error
+from driver_review.sim.limiters import WINDOWED
 from driver_review.webhooks import decode_secret
 
 Share = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -43,6 +44,8 @@ class SimSettings(BaseModel):
     seed: int = 0
     rate_limit: Annotated[float, Field(gt=0)] | None = None  # requests/s over all /v1 routes
     rate_burst: Annotated[int, Field(ge=1)] | None = None  # default max(1, ceil(rate/5))
+    # How long a window shape counts (rate_limit * rate_window_s per window); default 1 s.
+    rate_window_s: Annotated[float, Field(gt=0, le=86_400)] | None = None
     # The shape of that limit (see driver_review.sim.limiters); only "token" has headers.
     limiter: Literal[
         "token", "leaky", "leaky-burst", "leaky-delay", "fixed", "sliding", "sliding-log", "haproxy"
@@ -123,6 +126,11 @@ class SimSettings(BaseModel):
     def _limiter(self) -> Self:
         if self.limiter != "token" and self.ratelimit_headers:
             raise ValueError(f"ratelimit_headers: only with limiter token, not {self.limiter}")
+        if self.rate_window_s is not None and self.limiter not in WINDOWED:
+            raise ValueError(
+                f"rate_window_s: only with a window limiter ({', '.join(WINDOWED)}), "
+                f"not {self.limiter}"
+            )
         return self
 
     @property

@@ -11,6 +11,7 @@ from driver_review.sim import SimServer, SimSettings
 from driver_review.sim.cli import settings_from_args
 from driver_review.sim.limiters import (
     SHAPES,
+    WINDOWED,
     FixedWindow,
     HaproxyRate,
     NginxLeaky,
@@ -85,6 +86,15 @@ def test_make_shape_names_every_shape_and_refuses_others() -> None:
         make_shape("fixed", 0)
 
 
+@pytest.mark.parametrize("name", WINDOWED)
+def test_a_window_shape_counts_its_quota_over_the_window_given(name: str) -> None:
+    """600 a minute: the quota passes at once, then nothing for the rest of the minute."""
+    shape = make_shape(name, 10, window_s=60)
+    admitted = sum(shape.admit(0.001 * i).admitted for i in range(700))
+    assert admitted == 600
+    assert not shape.admit(30.0).admitted
+
+
 def test_sim_limiter_flag_is_validated() -> None:
     import argparse
 
@@ -96,6 +106,11 @@ def test_sim_limiter_flag_is_validated() -> None:
     assert settings_from_args(ns).limiter == "fixed"
     ns = parser.parse_args(["--rate-limit", "5", "--limiter", "fixed", "--ratelimit-headers"])
     with pytest.raises(ConfigError, match="--ratelimit-headers: only with limiter token"):
+        settings_from_args(ns)
+    ns = parser.parse_args(["--rate-limit", "5", "--limiter", "fixed", "--rate-window-s", "60"])
+    assert settings_from_args(ns).rate_window_s == 60
+    ns = parser.parse_args(["--rate-limit", "5", "--rate-window-s", "60"])  # a token bucket
+    with pytest.raises(ConfigError, match="--rate-window-s: only with a window limiter"):
         settings_from_args(ns)
 
 
