@@ -155,6 +155,7 @@ class RateGovernor:
         self._served_s: deque[list[int]] = deque()  # [second, successes], for a long spell
         self._probe_at = -math.inf  # while shut, when the last single permit was leased
         self._refused_shut_at: float | None = None  # the last request found still shut, sent
+        self._reopened_at: float | None = None  # when a spell last ended (served again)
         # A long spell showed a long window, about this long: 429s are read over it.
         self._window_s: float | None = None
         # Why the current pause: e.g. "429 Retry-After", "quota 'daily' exhausted".
@@ -328,7 +329,7 @@ class RateGovernor:
             return self._epoch
         if now >= self._holdoff_until:  # news: the run it ended began then
             origin = now if self._origin is None else self._origin
-            self._run_from = max(self._search.decided_at, origin)
+            self._run_from = max(self._search.decided_at, origin, self._reopened_at or origin)
         pace = self._meter.pace(now, self._rate)
         paused = retry_after_s is not None and retry_after_s > 0
         if paused:
@@ -575,6 +576,7 @@ class RateGovernor:
         the endpoint served from the start of the run that ran it out until now: a long
         window's quota over about its length (a short run at any pace spends a quota)."""
         spell_s, run_from = now - (self._spell_from or now), self._spell_run_from
+        self._reopened_at = now
         refused_at, self._refused_shut_at = self._refused_shut_at, None
         self._spell_from, self._shut_pause_s, self._probe_at = None, 0.0, -math.inf
         shut = self._pause_reason == SHUT_REASON

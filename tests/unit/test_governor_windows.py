@@ -3,8 +3,8 @@ them (the simulator's shapes all count over one second).
 
 Such a window, once its quota is spent, refuses every request at any pace until it turns
 over. A governor that reads each 429 as a pace too fast steps its rate down while the
-window stays shut and, without Retry-After, sends on into it: it drew 36% 429s from a fixed
-window of 600 a minute and 48% from a HAProxy stick table over a minute (which counts the
+window stays shut and, without Retry-After, sends on into it: it drew 39% 429s from a fixed
+window of 600 a minute and 49% from a HAProxy stick table over a minute (which counts the
 refused requests too, so sending on keeps it shut), both after the first minute. Now a 429
 for one of the first requests after a pause means *still shut*: the pause doubles (up to a
 minute), one request at a time finds out whether it opened, and the rate is left alone.
@@ -51,6 +51,8 @@ SHAPES = {
 }
 #: (shape, window s, Retry-After) -> utilization after the first minute today, under 0.95.
 NOT_YET = {
+    ("fixed", 10, False): "0.947: its spells, about 7 s, are under a long window's 8 s and"
+    " read as paces, until one that the doubling pauses drew out past it",
     ("haproxy", 60, False): "0.562: it reopens between two of the doubling pauses, up to a"
     " minute apart, and its quota over that whole time reads low",
 }
@@ -67,14 +69,19 @@ CASES = [
 
 
 def _run(name: str, window_s: int, retry_after: bool):
+    """A run that starts 0.37 of a window after one turned over: windows turn over with
+    the clock, so a sweep spends its first one part of the way through."""
     shape = SHAPES[name](RATE, window_s)
-    return simulate(
+    start = 0.37 * window_s
+    run = simulate(
         WindowServer(shape, retry_after=retry_after),
-        duration_s=DURATION_S,
+        start_s=start,
+        duration_s=start + DURATION_S,
         latency_s=0.02,
         jitter_s=0.001,
         processes=3,
     )
+    return run, start
 
 
 def _id(name: str, window_s: int, retry_after: bool) -> str:
@@ -87,8 +94,9 @@ def _id(name: str, window_s: int, retry_after: bool) -> str:
 def test_a_spent_window_is_waited_out_not_hammered(
     name: str, window_s: int, retry_after: bool
 ) -> None:
-    run = _run(name, window_s, retry_after)
-    after, overall = run.share_429(COLD_S, DURATION_S), run.share_429(0, DURATION_S)
+    run, start = _run(name, window_s, retry_after)
+    end = start + DURATION_S
+    after, overall = run.share_429(start + COLD_S, end), run.share_429(start, end)
     print(f"{_id(name, window_s, retry_after)}: 429s {after:.2%} after the first minute")
     assert after <= 0.01
     assert overall <= 0.04  # slow start's burst into the first window included
@@ -108,8 +116,8 @@ def test_a_spent_window_is_waited_out_not_hammered(
     ],
 )
 def test_a_long_window_is_paced_near_its_quota(name: str, window_s: int, retry_after: bool) -> None:
-    run = _run(name, window_s, retry_after)
-    utilization = run.served_rate(COLD_S, DURATION_S) / RATE
+    run, start = _run(name, window_s, retry_after)
+    utilization = run.served_rate(start + COLD_S, start + DURATION_S) / RATE
     print(f"{_id(name, window_s, retry_after)}: utilization {utilization:.3f} after 60 s")
     assert utilization >= 0.95
 
