@@ -37,6 +37,14 @@ so the governor pauses ``ECHO_PAUSE_S`` for its window to forget them, reads the
 again, and takes its 429s as costly from then on. A small step back (a cheap 429) leaves
 the permits already out alone; a larger one, or a pause, voids them. Rates stay within
 ``min_rate`` and ``max_rate`` of the config.
+
+A window that ran out (a quota per minute) refuses at any pace until it turns over: a 429
+for one of the first requests after a pause for 429s finds the endpoint *still shut*, so
+the pause doubles (up to ``SHUT_PAUSE_MAX_S``) with the rate left alone, and one request
+at a time asks whether it opened. A spell of ``LONG_SPELL_S`` or more without service was
+a long window: the limit is what the endpoint served from the start of the run that spent
+the quota until it served again, later 429s are read over that window, and the probe
+above the estimate doubles no faster than the window is long.
 """
 
 from __future__ import annotations
