@@ -337,7 +337,8 @@ class RateGovernor:
             return self._epoch
         if now >= self._holdoff_until:  # news: the run it ended began then
             origin = now if self._origin is None else self._origin
-            self._run_from = max(self._search.decided_at, origin, self._reopened_at or origin)
+            opened = origin if self._reopened_at is None else self._reopened_at
+            self._run_from = max(self._search.decided_at, origin, opened)
         pace = self._meter.pace(now, self._rate)
         paused = retry_after_s is not None and retry_after_s > 0
         if paused:

@@ -104,6 +104,7 @@ def test_learnt_limits_round_trip_on_s3(s3_dir) -> None:
         "safe_rate": 58.0,
         "limit_estimate": 60.0,
         "header_rate": None,
+        "window_s": 61.5,
         "strict_spacing": True,
         "learnt_at": 9.0,
     }
