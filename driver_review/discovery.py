@@ -19,6 +19,12 @@ served before a 429 reads differently under each:
   :meth:`~driver_review.meter.RateMeter.bucket_rate`). The burst itself is unknown; the
   reading errs by it over the run: little after a long run, much after a short one.
 
+- *emptied*: a bucket that refused the 429 before was empty then, so what it served
+  since, over the time since (the pause included), bounds its rate, unless it filled up
+  in the pause and spilled. Read only where no second held ``MIN_SAMPLES`` successes for a
+  count: after slow start ran through a burst of many seconds (a bucket of 40 at 2/s),
+  the rate lands there instead of stepping down ``MAX_MARGIN`` a pause.
+
 Neither is right for every limiter, and one 429 cannot tell which applies: the
 readings are combined by how the 429 came about.
 
@@ -120,6 +126,7 @@ class Moment:
     run_from: float  # when that run began (the end of the last pause or decision)
     prior: Prior
     refused: float | None = None  # the lowest pace refused before, since the limit rose
+    last_at: float | None = None  # when the request of the 429 before that was news left
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,10 @@ class Reading:
     refused: int  # 429s in that second
     whole: bool  # the governor was running for all of that second
     bucket: float  # the bucket reading since the bucket was last known full (0: none)
+    # The fastest rate of a bucket, empty at the 429 before and refilled since without
+    # spilling, that refused this one: (successes since + 1) / time since (0: none before
+    # it since slow start, or too long ago to count).
+    emptied: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -154,6 +165,8 @@ def decide(m: Moment, r: Reading) -> Decision:
     if r.whole and r.served >= MIN_SAMPLES and (m.costly or r.refused >= MIN_REFUSED):
         count = min(p, float(r.served))
     bucket = min(p, r.bucket)
+    if count is None and r.emptied:
+        bucket = min(bucket, r.emptied) if bucket else r.emptied
     floor = (1.0 - MAX_MARGIN) * p
     # Clearly under what was sent over that second: at a climbing pace, that is its mean,
     # under the pace the 429 came at (a seek at SEEK_PER_S sends 5% less over its last second).
@@ -193,6 +206,12 @@ def decide(m: Moment, r: Reading) -> Decision:
     if m.slow_start:
         readings = [x for x in (bucket, count) if x] or [p / 2]
         return made(min(readings), max(readings), False, seeking=True)
+    if count is None and 0.0 < r.emptied < floor:
+        # Too few served to read a count, and fewer since the last 429 than a bucket
+        # refilling at the floor would have served: a burst larger than the pause carried
+        # the climb far past the bucket's rate. Land at what it refilled, and approach the
+        # floor (a small bucket, full well within the pause, served less than its rate).
+        return made(r.emptied, floor, False)
     if (
         count is not None
         and last.count is not None

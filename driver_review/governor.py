@@ -60,7 +60,7 @@ from typing import Any, Literal
 from driver_review import discovery
 from driver_review.config import GovernorConfig
 from driver_review.discovery import SETTLE, Discovery, Moment, Reading
-from driver_review.meter import WINDOW_S, RateMeter
+from driver_review.meter import HISTORY_S, WINDOW_S, RateMeter
 from driver_review.retry import RateLimitInfo, parse_ratelimit, parse_retry_after
 
 State = Literal["slow_start", "aimd", "header", "paused"]
@@ -159,6 +159,7 @@ class RateGovernor:
         self._spell_from: float | None = None  # a spell without service began (a pause)
         self._spell_run_from = -math.inf  # ... ending the run that began then
         self._run_from = -math.inf  # when the run the last 429 that was news ended began
+        self._news_at: float | None = None  # when the request of the last 429 that was news left
         self._shut_pause_s = 0.0  # the spell's last pause while it stayed shut (0: none)
         self._served_s: deque[list[int]] = deque()  # [second, successes], for a long spell
         self._probe_at = -math.inf  # while shut, when the last single permit was leased
@@ -369,7 +370,9 @@ class RateGovernor:
             run_from=search.decided_at,
             prior=search.prior(),
             refused=search.refused,
+            last_at=self._news_at,
         )
+        self._news_at = sent
         before, self._mode, self._moment = self._rate, "aimd", moment
         # A 429 without Retry-After may be a pair refused (nginx without burst): from now on
         # a request late for its permit takes a fresh one. Elsewhere a late request is
@@ -486,7 +489,12 @@ class RateGovernor:
             since = m.at - self._window_s
             served = self._served_since(since)
             return Reading(served / self._window_s, max(refused, 1), True, 0.0)
+        emptied = 0.0
+        last = m.last_at
+        if not m.slow_start and last is not None and last < m.run_from and m.at <= last + HISTORY_S:
+            emptied = (self._meter.served(last, m.at) + 1) / (m.at - last)
         return Reading(
+            emptied=emptied,
             served=self._meter.served(start, m.at),
             refused=max(refused, discovery.MIN_REFUSED) if echo else refused,
             whole=self._origin is not None and start >= self._origin,

@@ -315,3 +315,26 @@ def test_well_over_a_pace_refused_without_a_429_the_limit_rose() -> None:
     search.apply(d, _moment(pace=20.5), d.rate, 0.0, 1)
     assert search.grow(dv.REPROBE * 20.5 + 1, 1.0, 0.125) is None
     assert search.decision is None and search.refused is None
+
+
+def test_a_bucket_emptied_at_the_last_429_bounds_its_rate_by_what_it_served_since() -> None:
+    """Slow start ran through a bucket of 40 at 2/s up to 160/s, and a 429 paused it. After
+    the pause (1 s, Retry-After) 2 were served at 30/s before the next 429: no second held
+    enough to read a count, and the 15% floor (25.8/s) would take a dozen pauses to come
+    down. The bucket was empty at the 429 before: over the 1.2 s since it refilled no more
+    than (2 + 1) / 1.2 = 2.5/s, unless it filled up and spilled. Land there, and approach
+    the floor (a small bucket full within the pause served less than its rate)."""
+    reading = Reading(served=2, refused=1, whole=True, bucket=11.3, emptied=2.5)
+    d = decide(_moment(pace=30.4, ran_s=0.0), reading)
+    assert d.est == 2.5 and d.ceiling == pytest.approx(0.85 * 30.4) and not d.reliable
+    # Without it, the floor.
+    assert decide(_moment(pace=30.4, ran_s=0.0), dataclasses.replace(reading, emptied=0.0)).est == (
+        pytest.approx(0.85 * 30.4)
+    )
+    # Where a second held a count, a bucket that spilled in the pause looks alike (its
+    # burst and the run since): the bound is not read.
+    counted = Reading(served=30, refused=1, whole=True, bucket=55.0, emptied=24.0)
+    assert decide(_moment(pace=70.0, ran_s=0.3), counted).est >= 0.85 * 70.0
+    # Nor after slow start: the bucket was full before it.
+    seen = decide(_moment(pace=160.0, slow_start=True), Reading(31, 1, True, 36.5, emptied=2.0))
+    assert seen.est == 31.0
