@@ -82,12 +82,41 @@ def _figures(
         "utilization_after_cold_ratio": _utilization_after(useful[1:], cold_s),
         # Where a sweep loses against its limit: slow start, a pause, a step back.
         "useful_calls_per_second_series": _per_second(useful[1:]),
+        "governor": _governor(sweep.get("governor") or {}),
     }
     say(
         f"  {label}: {len(entries)} calls in {active_s or 0:.1f}s, utilization "
         f"{out['utilization_ratio'] or 0:.3f}, 429s {out['rate_limited_share'] or 0:.2%}"
     )
     return out
+
+
+#: What the governor did on a shape, per endpoint key, from the sweep's end: how often it
+#: stepped back, paused, found a window still shut, and the limit it ended on.
+GOVERNOR_FIELDS = (
+    "state",
+    "rate",
+    "limit_estimate",
+    "window_s",
+    "ok",
+    "429s",
+    "decreases",
+    "echo_pauses",
+    "shut_pauses",
+    "strict_spacing",
+)
+
+
+def _governor(stats: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: {f: _rounded(gov.get(f)) for f in GOVERNOR_FIELDS}
+        for key, gov in sorted(stats.items())
+        if isinstance(gov, dict)
+    }
+
+
+def _rounded(value: Any) -> Any:
+    return round(value, 2) if isinstance(value, float) else value
 
 
 def _utilization_after(times: list[float], cold_s: float) -> float | None:

@@ -54,3 +54,45 @@ def test_each_run_mode_has_a_figure_after_its_cold_start() -> None:
     well inside it, or the quick benchmark reports a figure without a value."""
     for quick in (False, True):
         assert limiter_shapes.COLD_S[quick] <= limiter_shapes.SWEEP_S[quick] / 3
+
+
+def test_each_run_records_what_the_governor_did_per_endpoint() -> None:
+    """Whether a sweep lost its share to a step back, an echo pause or a window found
+    still shut shows in its counters, kept beside its figures (rounded, named fields)."""
+    stats = {
+        "catalog": {
+            "state": "aimd",
+            "rate": 58.123456,
+            "limit_estimate": 59.31,
+            "window_s": None,
+            "ok": 2990,
+            "429s": 12,
+            "decreases": 5,
+            "echo_pauses": 1,
+            "shut_pauses": 0,
+            "strict_spacing": True,
+            "grants": 900,  # not kept
+        },
+        "broken": "not a dict",
+    }
+    out = _figures(
+        "x", _log(RATE_PER_S, RATE_PER_S, 30.0), {}, {**SWEEP, "governor": stats}, (1, 1), COLD_S
+    )
+    assert out["governor"] == {
+        "catalog": {
+            "state": "aimd",
+            "rate": 58.12,
+            "limit_estimate": 59.31,
+            "window_s": None,
+            "ok": 2990,
+            "429s": 12,
+            "decreases": 5,
+            "echo_pauses": 1,
+            "shut_pauses": 0,
+            "strict_spacing": True,
+        }
+    }
+    assert (
+        _figures("x", _log(RATE_PER_S, RATE_PER_S, 5.0), {}, SWEEP, (1, 1), COLD_S)["governor"]
+        == {}
+    )
