@@ -152,6 +152,7 @@ class Decision:
     cheap: bool  # a 429 costs a request
     prior: Prior  # for the next decision
     verify: bool = False  # hold at the ceiling (no climb) and take it once held VERIFY_S
+    why: str = ""  # which reading decided (stats count them: where a run lost its share)
 
     @property
     def rate(self) -> float:
@@ -174,7 +175,13 @@ def decide(m: Moment, r: Reading) -> Decision:
     last = m.prior
 
     def made(
-        est: float, ceiling: float, reliable: bool, *, seeking: bool = False, verify: bool = False
+        est: float,
+        ceiling: float,
+        reliable: bool,
+        *,
+        why: str,
+        seeking: bool = False,
+        verify: bool = False,
     ) -> Decision:
         holding = verify and ceiling > est
         return Decision(
@@ -185,33 +192,34 @@ def decide(m: Moment, r: Reading) -> Decision:
             not m.costly,
             Prior(count, clipped, bucket, seeking, holding, reliable, m.ran_s),
             holding,
+            why,
         )
 
     if not m.costly:
         if m.slow_start:
-            return made(bucket or p / 2, 0.0, True, seeking=True)
+            return made(bucket or p / 2, 0.0, True, seeking=True, why="cheap slow start")
         if r.refused >= MIN_REFUSED and r.whole and r.served + 1.0 < CLIP * p:
             # Clipped: served well under the pace sent, the limit showing through.
-            return made(max(bucket, floor), 0.0, True)
+            return made(max(bucket, floor), 0.0, True, why="cheap clipped")
         # Touched it (or arrivals bunched at the edge: nginx without burst refuses two
         # requests closer than its spacing): step back a little. Further if the seek
         # after slow start went past it: as far as what the server served, if that was
         # less (never below the floor).
         if not last.seeking:
-            return made((1.0 - CHEAP_STEP) * p / SETTLE, 0.0, True)
+            return made((1.0 - CHEAP_STEP) * p / SETTLE, 0.0, True, why="cheap step")
         est = (1.0 - SEEK_STEP) * p
         if r.whole:
             est = min(est, max((1.0 + NARROW) * r.served, floor))
-        return made(est / SETTLE, 0.0, True)
+        return made(est / SETTLE, 0.0, True, why="cheap seek step")
     if m.slow_start:
         readings = [x for x in (bucket, count) if x] or [p / 2]
-        return made(min(readings), max(readings), False, seeking=True)
+        return made(min(readings), max(readings), False, seeking=True, why="slow start")
     if count is None and 0.0 < r.emptied < floor:
         # Too few served to read a count, and fewer since the last 429 than a bucket
         # refilling at the floor would have served: a burst larger than the pause carried
         # the climb far past the bucket's rate. Land at what it refilled, and approach the
         # floor (a small bucket, full well within the pause, served less than its rate).
-        return made(r.emptied, floor, False)
+        return made(r.emptied, floor, False, why="emptied bucket")
     if (
         count is not None
         and last.count is not None
@@ -222,7 +230,7 @@ def decide(m: Moment, r: Reading) -> Decision:
         # The same count as the 429 before, once clearly under the pace: a window's limit
         # (a server that served more than before in a second is not one).
         est = min(count, last.count)
-        return made(est, est, True)
+        return made(est, est, True, why="same count")
     if m.ran_s >= RELIABLE_S:
         # A long run: refused at the pace (or what was served in the last second) the
         # limit is at, unless a bucket's burst carried a climb past it; then the 429 after
@@ -232,7 +240,7 @@ def decide(m: Moment, r: Reading) -> Decision:
         high = min(p, count if count is not None else p)
         refuted = m.refused is not None and m.refused < (1.0 - NARROW) * high
         est = bucket if refuted and bucket else max(bucket, high)
-        return made(est, est, True)
+        return made(est, est, True, why="long run")
     if last.bucket and bucket and abs(bucket - last.bucket) <= NARROW * bucket:
         if (
             count is not None
@@ -248,28 +256,29 @@ def decide(m: Moment, r: Reading) -> Decision:
             # pace was served in a second of a long run before: no window refuses under
             # what it served there. Soon after a pause, a fixed window's edge or a
             # two-window estimate lets more than its limit through in a second.)
-            return made(bucket, count, False, verify=True)
-        return made(bucket, bucket, True)  # the same bucket reading twice: its rate
+            return made(bucket, count, False, verify=True, why="verify bucket")
+        # The same bucket reading twice: its rate.
+        return made(bucket, bucket, True, why="same bucket")
     if last.reliable and count is not None and not clipped:
         # Refused soon after settling under a reading taken as the limit, all it was sent
         # served: that reading was a little high (a window that lets a little over its
         # limit through now and then). Step back a little, not to the floor.
         est = (1.0 - NARROW) * min(p, count)
-        return made(est, est, True)
+        return made(est, est, True, why="narrow step")
     est = max(bucket, floor)
     if last.holding and bucket:
         # Refused at the count held to verify it (or on the way): no window at it. Its
         # bucket reading is a guess still (a run long enough to read it well is caught
         # above): the rate climbs on from it. (Taken as the limit, a fixed window's count
         # let through across its edge, held and refused, left the rate at 0.95 of it.)
-        return made(est, est, False)
+        return made(est, est, False, why="refused holding")
     if count is not None and not clipped and m.ran_s >= VERIFY_RAN_S:
         # Served all it was sent: a window at the count, or a bucket whose burst carried
         # the climb past its rate (the bucket reading). Hold just under the count: a
         # bucket refuses again soon at that steady pace (its reading then good); a window
         # never does, and the count is taken.
-        return made(est, count, False, verify=True)
-    return made(est, count if clipped and count else est, False)
+        return made(est, count, False, verify=True, why="verify count")
+    return made(est, count if clipped and count else est, False, why="floor")
 
 
 class Discovery:

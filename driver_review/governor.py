@@ -206,6 +206,8 @@ class RateGovernor:
             "echo_pauses": 0,
             "shut_pauses": 0,
         }
+        # Which reading decided each 429 that was news (discovery's ``Decision.why``).
+        self._decided: dict[str, int] = {}
 
     # --- leasing ----------------------------------------------------------------------
     def lease(self, n: int, now: float) -> Grant:
@@ -382,6 +384,7 @@ class RateGovernor:
         resume = min(self._paused_until, now + PAUSED_REPORTS_S) if paused else now
         self._read_again_at = resume + REPORTED_S
         decision = discovery.decide(moment, self._reading(moment))
+        self._decided[decision.why] = self._decided.get(decision.why, 0) + 1
         self._rate = self._clamp(decision.rate)
         step_429s = self._n["429s"] - 1 - self._429s_at_decision
         self._429s_at_decision = self._n["429s"] - 1
@@ -431,6 +434,7 @@ class RateGovernor:
             "busy_s": self._busy_s,
             # A long window it showed (a quota per minute): 429s are read over it.
             "window_s": self._window_s,
+            "decided": dict(self._decided),
             **self._n,
         }
 

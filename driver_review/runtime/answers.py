@@ -103,6 +103,7 @@ EndpointStats = TypedDict(
         "echo_pauses": int,
         "shut_pauses": int,
         "window_s": float | None,
+        "decided": dict[str, int],
     },
     total=False,
 )

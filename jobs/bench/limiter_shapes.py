@@ -104,6 +104,7 @@ GOVERNOR_FIELDS = (
     "echo_pauses",
     "shut_pauses",
     "strict_spacing",
+    "decided",
 )
 
 

@@ -71,6 +71,7 @@ def test_each_run_records_what_the_governor_did_per_endpoint() -> None:
             "echo_pauses": 1,
             "shut_pauses": 0,
             "strict_spacing": True,
+            "decided": {"slow start": 1, "same count": 4},
             "grants": 900,  # not kept
         },
         "broken": "not a dict",
@@ -90,6 +91,7 @@ def test_each_run_records_what_the_governor_did_per_endpoint() -> None:
             "echo_pauses": 1,
             "shut_pauses": 0,
             "strict_spacing": True,
+            "decided": {"slow start": 1, "same count": 4},
         }
     }
     assert (

@@ -49,3 +49,10 @@ def test_a_big_burst_is_not_read_as_the_rate(rate: float, burst: int) -> None:
     assert after <= most_after and whole <= most
     # Still near the rate: not bought with a rate far under it.
     assert used >= 0.95
+    # Every 429 that was news is counted by what decided it; at 2/s no count is read, and
+    # the bucket emptied at the 429 before read the rate.
+    stats = run.gov.stats()
+    print(f"  decided: {stats['decided']}")
+    assert sum(stats["decided"].values()) == stats["decreases"]
+    if rate < 5:
+        assert stats["decided"].get("emptied bucket", 0) >= 1
