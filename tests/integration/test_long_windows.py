@@ -48,7 +48,8 @@ def test_a_sweep_waits_out_a_spent_ten_second_window_and_paces_at_its_quota(
     print(
         f"{len(log.times)} calls in {summary['wall_s']:.0f}s, {log.statuses.count('429')} "
         f"429s, {share:.2%} after the first window; governor at {gov['rate']:.1f}/s, limit "
-        f"~{gov['limit_estimate']:.1f}/s, window ~{gov.get('window_s') or 0:.1f}s"
+        f"~{gov['limit_estimate']:.1f}/s, window ~{gov.get('window_s') or 0:.1f}s; "
+        f"decided by {gov['decided']}"
     )
     assert not summary["timed_out"]
     total, wrong = off_truth(sim.url)
@@ -58,3 +59,5 @@ def test_a_sweep_waits_out_a_spent_ten_second_window_and_paces_at_its_quota(
     assert gov.get("window_s") is not None and 8.0 <= gov["window_s"] <= 30.0
     assert gov["limit_estimate"] <= 1.1 * RATE
     assert share <= 0.02  # 0% and 1.2% in two runs (the old governor: 0.5%, at 125/s)
+    # Each 429 that was news is counted by the reading that decided it, through the actor.
+    assert sum(gov["decided"].values()) == gov["decreases"] >= 1
