@@ -113,6 +113,26 @@ def test_a_limit_that_rises_is_found_again(
     assert later.served_rate(end_s - 40, end_s) >= 0.85 * raised
 
 
+@pytest.mark.parametrize(("limit", "lowered"), [(120.0, 50.0), (60.0, 20.0), (100.0, 10.0)])
+def test_a_limit_that_falls_is_followed_down(limit: float, lowered: float) -> None:
+    """A vendor lowers its limit (a bucket holding 0.2 s of its rate) under a governor
+    that knew the old one: the pace is then two to ten times over it, and what the bucket
+    serves after each pause is what it refilled, capped by its small burst, so a count
+    and the bucket emptied at the 429 before agree far under the new rate. Taken as the
+    limit (once tried) that left the rate at 0.66 and 0.52 of it; stepping down by the
+    floor instead, the two minutes after serve 0.95, 0.94 and 0.92 of it."""
+    server = TokenBucketServer(limit, round(limit / 5))
+    run = simulate(server, duration_s=60.0, jitter_s=0.001, processes=3)
+    server.rate, server.burst = lowered, max(1, round(lowered / 5))
+    later = simulate(
+        server, start_s=60.0, duration_s=180.0, governor=run.gov, jitter_s=0.001, processes=3
+    )
+    served = later.served_rate(60.0, 180.0) / lowered
+    share = later.share_429(60.0, 180.0)
+    print(f"{limit:g} -> {lowered:g}/s: served {served:.3f} of it, 429s {share:.2%}")
+    assert served >= 0.9 and share <= 0.03
+
+
 @pytest.mark.parametrize(
     ("shape", "least"), [("token", 0.985), ("fixed", 0.973), ("sliding", 0.962)]
 )
