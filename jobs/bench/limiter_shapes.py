@@ -109,8 +109,10 @@ GOVERNOR_FIELDS = (
 
 
 def _governor(stats: dict[str, Any]) -> dict[str, Any]:
+    """Only the fields with a value: no window found, no estimate yet, is left out (every
+    figure the benchmark records has a value)."""
     return {
-        key: {f: _rounded(gov.get(f)) for f in GOVERNOR_FIELDS}
+        key: {f: _rounded(gov[f]) for f in GOVERNOR_FIELDS if gov.get(f) is not None}
         for key, gov in sorted(stats.items())
         if isinstance(gov, dict)
     }
