@@ -50,10 +50,6 @@ readings are combined by how the 429 came about.
   ``VERIFY_S``, which a window never refuses and a bucket soon does, at a steady pace
   whose bucket reading is then taken, and climbed on from (a count a fixed window let
   through across its edge is over its limit, and refused as a bucket's would be).
-  Refused while climbing to a count held so, with less served in the last second, the
-  lower count is held next, once, even if the bucket reading agrees with the last (a
-  two-window estimate read across a pause: taken as a bucket, the rate stayed at 0.89 of
-  its limit).
 - *cheap*: a 429 without Retry-After costs a request (nginx). The rate steps back by
   ``CHEAP_STEP`` and climbs so that about ``CHEAP_SHARE`` of requests draw one (an
   additive increase against a multiplicative decrease), slowed by how many 429s a step
@@ -249,11 +245,8 @@ def decide(m: Moment, r: Reading) -> Decision:
         if (
             count is not None
             and not clipped
-            and (
-                # held at a count, and refused climbing to it: verify the lower count once
-                (last.holding and last.count is not None and count < (1.0 - NARROW) * last.count)
-                or (not last.holding and m.slope <= STEADY_PER_S * p)
-            )
+            and not last.holding
+            and m.slope <= STEADY_PER_S * p
             and count > (1.0 + 2 * NARROW) * bucket
             and (last.count is None or last.clipped or last.count < p or last.ran_s < RELIABLE_S)
         ):

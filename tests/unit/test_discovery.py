@@ -338,26 +338,3 @@ def test_a_bucket_emptied_at_the_last_429_bounds_its_rate_by_what_it_served_sinc
     # Nor after slow start: the bucket was full before it.
     seen = decide(_moment(pace=160.0, slow_start=True), Reading(31, 1, True, 36.5, emptied=2.0))
     assert seen.est == 31.0
-
-
-def test_refused_climbing_to_a_held_count_verifies_the_lower_count_it_served() -> None:
-    """A two-window estimate of 60, after slow start: a second across the pause served 65
-    and the rate climbs to hold there. Refused on the way at 60.4/s, with 59 served in the
-    last second, the bucket reading (54.5) is as before: a bucket of 54.5 or a window near
-    59? Taken as the bucket, the rate stayed at 0.89 of the limit for good (a reading
-    confirmed is probed above only slowly). Held at 59 instead, a window never refuses and
-    a bucket soon does."""
-    held = Prior(count=65.0, bucket=55.5, holding=True, ran_s=1.34)
-    reading = Reading(served=59, refused=1, whole=True, bucket=54.5)
-    d = decide(_moment(pace=60.4, ran_s=2.17, slope=1.4, prior=held), reading)
-    assert d.verify and d.est == 54.5 and d.ceiling == 59 and d.why == "verify bucket"
-    # Refused again near the count it held: the bucket reading stands.
-    again = decide(
-        _moment(pace=58.5, ran_s=3.0, slope=0.0, prior=d.prior),
-        Reading(served=58, refused=1, whole=True, bucket=54.8),
-    )
-    assert not again.verify and again.est == pytest.approx(54.8)
-    # Not held before, a climbing pace still reads the bucket: a bucket's burst carried it.
-    unheld = dataclasses.replace(held, holding=False)
-    d = decide(_moment(pace=60.4, ran_s=2.17, slope=1.4, prior=unheld), reading)
-    assert not d.verify and d.est == 54.5 and d.why == "same bucket"
