@@ -79,20 +79,9 @@ def test_each_run_records_what_the_governor_did_per_endpoint() -> None:
     out = _figures(
         "x", _log(RATE_PER_S, RATE_PER_S, 30.0), {}, {**SWEEP, "governor": stats}, (1, 1), COLD_S
     )
-    assert out["governor"] == {
-        "catalog": {
-            "state": "aimd",
-            "rate": 58.12,
-            "limit_estimate": 59.31,
-            "ok": 2990,
-            "429s": 12,
-            "decreases": 5,
-            "echo_pauses": 1,
-            "shut_pauses": 0,
-            "strict_spacing": True,
-            "decided": {"slow start": 1, "same count": 4},
-        }
-    }  # no window found: left out, as the benchmark records no figure without a value
+    kept = {k: v for k, v in stats["catalog"].items() if k not in ("window_s", "grants")}
+    # no window found: left out, as the benchmark records no figure without a value
+    assert out["governor"] == {"catalog": {**kept, "rate": 58.12}}
     assert (
         _figures("x", _log(RATE_PER_S, RATE_PER_S, 5.0), {}, SWEEP, (1, 1), COLD_S)["governor"]
         == {}
