@@ -79,8 +79,9 @@ def test_a_count_under_a_climbing_pace_is_not_clipped_by_the_climb() -> None:
     """Seeking at 1.1x a second, a token bucket of 50 (burst 10) refused at 59.6/s after
     serving 57 in the second before: all it was sent over that second, whose pace rose
     from 54 to 59.6. That is no window's limit showing through (it would be held to be
-    verified, below); at a steady 59.6/s the same count was clipped."""
-    prior = Prior(count=33.0, clipped=True, bucket=51.4, seeking=True)
+    verified, below); at a steady 59.6/s the same count was clipped. (Slow start read the
+    bucket low, at 47: that does not confirm this reading.)"""
+    prior = Prior(count=33.0, clipped=True, bucket=47.0, seeking=True)
     reading = Reading(served=57, refused=1, whole=True, bucket=50.2)
     climbing = decide(_moment(pace=59.6, ran_s=4.5, slope=5.7, prior=prior), reading)
     assert not climbing.prior.clipped and climbing.verify
@@ -199,6 +200,34 @@ def test_the_same_bucket_reading_twice_is_a_buckets_rate() -> None:
         Reading(served=64, refused=1, whole=True, bucket=60.0),
     )
     assert d.reliable and d.est == d.ceiling == 60.0
+
+
+def test_the_seeks_crossing_confirms_a_bucket_reading_slow_start_took_a_little_high() -> None:
+    """A real sweep through the simulator's token bucket of 100/s (holding 20): slow start
+    read the bucket at 108.4 over a fraction of a second at 320/s, once the late reports
+    were in. The seek after it was refused at 118.5/s, climbing 10% a second, having
+    served all it was sent (113 in the last second) over a run of 3.7 s whose bucket
+    reading is 99.9. That confirms slow start's, taken high: the bucket's rate, at once.
+    (Read as a count served in full, it was held at 113 to be verified, which the bucket
+    refused: a second pause.) A slow start 12% over, or under by more than NARROW, does
+    not confirm it."""
+    reading = Reading(served=113, refused=1, whole=True, bucket=99.9)
+
+    def after(start_bucket: float) -> Decision:
+        prior = Prior(count=85.0, clipped=True, bucket=start_bucket, seeking=True)
+        return decide(_moment(pace=118.5, ran_s=3.7, slope=11.3, prior=prior), reading)
+
+    d = after(108.4)
+    assert d.reliable and not d.verify and d.est == d.ceiling == 99.9 and d.why == "same bucket"
+    for start_bucket in (1.12 * 99.9, 0.97 * 99.9):
+        held = after(start_bucket)
+        assert held.verify and held.ceiling == 113 and held.why == "verify count"
+    # Not after a reading that was not slow start's: there two readings agree within NARROW.
+    settled = decide(
+        _moment(pace=118.5, ran_s=3.7, slope=11.3, prior=Prior(count=85.0, bucket=108.4)),
+        reading,
+    )
+    assert settled.verify and settled.why == "verify count"
 
 
 def test_the_same_bucket_reading_twice_under_a_steady_pace_served_in_full_is_verified() -> None:
