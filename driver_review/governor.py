@@ -81,6 +81,7 @@ HEADER_MARGIN_MIN = 0.5
 HEADER_RECOVER_PER_S = 0.002
 LONG_WINDOW_S = 60.0  # a RateLimit window longer than this is a quota (a budget), not a rate
 BUSY_SPANS = 1000  # spans of saturated demand kept (merged when contiguous)
+RECENT_DECISIONS = 8  # the last decisions kept with what they read, for status
 # An echo: 429s without Retry-After still outnumber successes this many to one during the
 # holdoff after a decision, and are at least ECHO_MIN and this share of the permits the
 # holdoff held ... then pause this long, so a limiter that counts refused requests forgets.
@@ -208,6 +209,7 @@ class RateGovernor:
         }
         # Which reading decided each 429 that was news (discovery's ``Decision.why``).
         self._decided: dict[str, int] = {}
+        self._recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)
 
     # --- leasing ----------------------------------------------------------------------
     def lease(self, n: int, now: float) -> Grant:
@@ -383,9 +385,11 @@ class RateGovernor:
         # Workers paused by a Retry-After lease (and so report) again when it ends.
         resume = min(self._paused_until, now + PAUSED_REPORTS_S) if paused else now
         self._read_again_at = resume + REPORTED_S
-        decision = discovery.decide(moment, self._reading(moment))
+        reading = self._reading(moment)
+        decision = discovery.decide(moment, reading)
         self._decided[decision.why] = self._decided.get(decision.why, 0) + 1
         self._rate = self._clamp(decision.rate)
+        self._recent.append(_entry(moment, reading, decision, self._rate))
         step_429s = self._n["429s"] - 1 - self._429s_at_decision
         self._429s_at_decision = self._n["429s"] - 1
         search.apply(decision, moment, self._rate, max(now, self._paused_until), step_429s)
@@ -435,6 +439,11 @@ class RateGovernor:
             # A long window it showed (a quota per minute): 429s are read over it.
             "window_s": self._window_s,
             "decided": dict(self._decided),
+            # The last decisions, oldest first: what each 429 read and the rate it set.
+            "decisions": [
+                {"ago_s": now - e["at"], **{k: v for k, v in e.items() if k != "at"}}
+                for e in self._recent
+            ],
             **self._n,
         }
 
@@ -514,15 +523,31 @@ class RateGovernor:
         m, self._moment = self._moment, None
         if m is None or self._mode != "aimd":
             return
-        decision = discovery.decide(m, self._reading(m, echo=self._echoed))
+        reading = self._reading(m, echo=self._echoed)
+        decision = discovery.decide(m, reading)
         rate = self._clamp(decision.rate)
         self._search.revise(decision, rate)
+        self._revised(m, _entry(m, reading, decision, rate))
         if abs(rate - self._rate) <= 1e-9 * rate:
             return
         lower = rate < (1.0 - SMALL_STEP) * self._rate
         self._rate = rate
         if lower:
             self._void_grants(self._last_now)
+
+    def _revised(self, m: Moment, entry: dict[str, Any]) -> None:
+        """The last decision read again: counted and shown by the reading now in force
+        (the one it made first is kept beside it, when it differs)."""
+        if not self._recent or self._recent[-1]["at"] != m.at:
+            return
+        first = self._recent[-1]
+        if entry["why"] != first["why"]:
+            self._decided[first["why"]] -= 1
+            if not self._decided[first["why"]]:
+                del self._decided[first["why"]]
+            self._decided[entry["why"]] = self._decided.get(entry["why"], 0) + 1
+            entry["first"] = first.get("first", first["why"])
+        self._recent[-1] = entry
 
     def _pause(
         self,
@@ -564,11 +589,13 @@ class RateGovernor:
         m = self._moment
         if m is not None and self._mode == "aimd":
             m = self._moment = dataclasses.replace(m, costly=True)
-            decision = discovery.decide(m, self._reading(m, echo=True))
+            reading = self._reading(m, echo=True)
+            decision = discovery.decide(m, reading)
             rate = self._clamp(decision.rate)
             if rate < self._rate:
                 self._rate = rate
                 self._search.revise(decision, rate)
+                self._revised(m, _entry(m, reading, decision, rate))
                 self._search.start(rate, self._paused_until)
         self._void_grants(now)
 
@@ -731,6 +758,22 @@ class RateGovernor:
         )
         if self._header_rate is not None:
             self._rate = self._clamp(self._header_rate * self._header_margin)
+
+
+def _entry(m: Moment, r: Reading, d: discovery.Decision, rate: float) -> dict[str, Any]:
+    """One decision as status shows it: the pace refused, what the meter read before it
+    (successes in the last second, the bucket reading; 0: none), what it concluded."""
+    return {
+        "at": m.at,
+        "why": d.why,
+        "pace": m.pace,
+        "served": r.served,
+        "bucket": r.bucket,
+        "estimate": d.est,
+        "ceiling": d.ceiling,
+        "rate": rate,
+        "costly": m.costly,
+    }
 
 
 def _positive(value: Any) -> float | None:

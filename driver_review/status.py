@@ -158,6 +158,8 @@ def _governor(stats: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, An
         "window_s",
         # Which reading decided each 429 that was news: where a run lost its share.
         "decided",
+        # The last few of them, with what each read: why the rate is where it is.
+        "decisions",
     )
     # Keys are endpoint URLs (or rate_key names): never show the credentials of one.
     return {_shown_key(key): {k: gov.get(k) for k in keep} for key, gov in stats.items()}

@@ -77,6 +77,24 @@ class OrchestratorStats(TypedDict, total=False):
     refused: str | None
 
 
+class DecisionEntry(TypedDict, total=False):
+    """One of an endpoint's last decisions (oldest first in ``EndpointStats.decisions``):
+    the 429's pace, what the meter read before it (successes in its last second, the
+    bucket reading; 0: none), what it concluded, and the rate it set. ``first``: the
+    reading it made before the late reports were in, when that differed."""
+
+    ago_s: float
+    why: str
+    first: str
+    pace: float
+    served: float
+    bucket: float
+    estimate: float
+    ceiling: float
+    rate: float
+    costly: bool
+
+
 #: One endpoint key's governor, as ``GovernorService.stats`` answers per key. Functional
 #: form: the status counters ``429s`` and ``503s`` are no identifiers.
 EndpointStats = TypedDict(
@@ -104,6 +122,7 @@ EndpointStats = TypedDict(
         "shut_pauses": int,
         "window_s": float | None,
         "decided": dict[str, int],
+        "decisions": list[DecisionEntry],
     },
     total=False,
 )

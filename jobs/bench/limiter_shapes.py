@@ -92,7 +92,8 @@ def _figures(
 
 
 #: What the governor did on a shape, per endpoint key, from the sweep's end: how often it
-#: stepped back, paused, found a window still shut, and the limit it ended on.
+#: stepped back, paused, found a window still shut, the limit it ended on, and its last
+#: decisions with what each read.
 GOVERNOR_FIELDS = (
     "state",
     "rate",
@@ -105,6 +106,7 @@ GOVERNOR_FIELDS = (
     "shut_pauses",
     "strict_spacing",
     "decided",
+    "decisions",
 )
 
 
@@ -119,6 +121,10 @@ def _governor(stats: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rounded(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
     return round(value, 2) if isinstance(value, float) else value
 
 

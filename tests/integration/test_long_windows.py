@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from driver_review.governor import RECENT_DECISIONS
 from driver_review.sim import SimSettings
 from driver_review.sweep import SweepOptions, run_sweep
 from jobs.bench.common import CallLog
@@ -61,3 +62,5 @@ def test_a_sweep_waits_out_a_spent_ten_second_window_and_paces_at_its_quota(
     assert share <= 0.02  # 0% and 1.2% in two runs (the old governor: 0.5%, at 125/s)
     # Each 429 that was news is counted by the reading that decided it, through the actor.
     assert sum(gov["decided"].values()) == gov["decreases"] >= 1
+    # ... and the last of them shown with what each read.
+    assert 1 <= len(gov["decisions"]) == min(gov["decreases"], RECENT_DECISIONS)

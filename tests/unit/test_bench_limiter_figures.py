@@ -72,6 +72,7 @@ def test_each_run_records_what_the_governor_did_per_endpoint() -> None:
             "shut_pauses": 0,
             "strict_spacing": True,
             "decided": {"slow start": 1, "same count": 4},
+            "decisions": [{"ago_s": 12.3456, "why": "same count", "pace": 61.789, "served": 59}],
             "grants": 900,  # not kept
         },
         "broken": "not a dict",
@@ -81,7 +82,8 @@ def test_each_run_records_what_the_governor_did_per_endpoint() -> None:
     )
     kept = {k: v for k, v in stats["catalog"].items() if k not in ("window_s", "grants")}
     # no window found: left out, as the benchmark records no figure without a value
-    assert out["governor"] == {"catalog": {**kept, "rate": 58.12}}
+    decisions = [{"ago_s": 12.35, "why": "same count", "pace": 61.79, "served": 59}]
+    assert out["governor"] == {"catalog": {**kept, "rate": 58.12, "decisions": decisions}}
     assert (
         _figures("x", _log(RATE_PER_S, RATE_PER_S, 5.0), {}, SWEEP, (1, 1), COLD_S)["governor"]
         == {}
