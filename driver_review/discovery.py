@@ -66,7 +66,7 @@ confirms the window though the pace was up to ``2 * MAX_MARGIN`` over it. Slow s
 bucket reading is taken over a fraction of a second at a pace far over the limit, where a
 few successes still on their way to being reported, or sent a little out of order, weigh
 much: in real sweeps through the simulator's token bucket it read up to 8.5% high, where
-the seek's crossing read the bucket's rate within 0.4%. A crossing that reads up to
+the seek's crossing read the bucket's rate within 0.8%. A crossing that reads up to
 ``START_HIGH`` under it confirms it (the lower of the two is taken): one pause less.
 """
 
