@@ -76,16 +76,16 @@ class Outcome:
 
 
 def run_case(case: Case) -> Outcome:
+    end_s = case.phase_s + case.duration_s
     run = simulate(
         ShapeServer(case.shape, case.rate, retry_after=case.retry_after),
         start_s=case.phase_s,
-        duration_s=case.phase_s + case.duration_s,
+        duration_s=end_s,
         latency_s=0.02,
         jitter_s=case.jitter_s,
         seed=case.seed,
         processes=case.processes,
     )
-    end_s = case.phase_s + case.duration_s
     return Outcome(
         case.shape,
         case.rate,
