@@ -43,7 +43,8 @@ readings are combined by how the 429 came about.
   rose is still found in minutes. Refused
   soon after settling under such a reading, with all it was sent served, the rate steps
   back ``NARROW``, not to the floor: the reading was a little high (a two-window estimate
-  lets a little over its limit through now and then).
+  lets a little over its limit through now and then). Refused as soon again, it was
+  wrong, not a little high: the rate lands on the floor and climbs from there.
   A server that served all it was sent up to the 429 (after ``VERIFY_RAN_S`` of running)
   is a window at that count, or a bucket whose burst carried a climb past its rate:
   unless the last two bucket readings agree, the rate holds at the count for
@@ -117,6 +118,7 @@ class Prior:
     holding: bool = False  # the rate was held at a count to verify it
     reliable: bool = False  # the rate settled under a reading taken as the limit
     ran_s: float = 0.0  # how long the run that ended in that reading lasted
+    narrowed: bool = False  # that reading stepped back a little from one refused soon
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,16 @@ def decide(m: Moment, r: Reading) -> Decision:
             reliable,
             seeking,
             not m.costly,
-            Prior(count, clipped, bucket, seeking, holding, reliable, m.ran_s),
+            Prior(
+                count,
+                clipped,
+                bucket,
+                seeking,
+                holding,
+                reliable,
+                m.ran_s,
+                narrowed=why == "narrow step",
+            ),
             holding,
             why,
         )
@@ -274,13 +285,19 @@ def decide(m: Moment, r: Reading) -> Decision:
         # second, reads high by the successes in flight: the one the seek crossed, over
         # seconds, confirms it a little under it.)
         return made(bucket, bucket, True, why="same bucket")
+    est = max(bucket, floor)
     if last.reliable and count is not None and not clipped:
+        if last.narrowed:
+            # Refused soon again after stepping back a little: that reading was not a
+            # little high but wrong (a count a fixed window let through across its edge,
+            # read twice as the Retry-After of a whole second kept the phase): land on the
+            # bucket's floor and climb from there, rather than a pause for every 4%.
+            return made(est, est, False, why="narrowed again")
         # Refused soon after settling under a reading taken as the limit, all it was sent
         # served: that reading was a little high (a window that lets a little over its
         # limit through now and then). Step back a little, not to the floor.
-        est = (1.0 - NARROW) * min(p, count)
-        return made(est, est, True, why="narrow step")
-    est = max(bucket, floor)
+        narrowed = (1.0 - NARROW) * min(p, count)
+        return made(narrowed, narrowed, True, why="narrow step")
     if last.holding and bucket:
         # Refused at the count held to verify it (or on the way): no window at it. Its
         # bucket reading is a guess still (a run long enough to read it well is caught

@@ -194,6 +194,40 @@ def test_refused_soon_after_settling_under_a_reading_steps_back_a_little() -> No
     assert unsure.est == pytest.approx(0.85 * 151.9) and not unsure.reliable
 
 
+def test_a_narrow_step_refused_soon_again_lands_on_the_buckets_floor() -> None:
+    """The benchmark's cold sweep through the simulator's fixed window of 60/s: a count of
+    75 let through across the window's edge, read twice (the Retry-After of a whole second
+    kept the phase), was taken as the limit. Refused at 73.5/s two seconds later, all sent
+    served, the rate stepped back a little; refused as soon again at 69.15/s, it stepped
+    back a little four more times, a pause each, down to 57.6/s. The second refusal says
+    the reading was wrong, not a little high: land on the bucket's floor, unconfirmed."""
+    same_count = Prior(count=75.0, clipped=True, bucket=65.66, reliable=True, ran_s=2.2)
+    first = decide(
+        _moment(pace=73.5, ran_s=2.0, prior=same_count),
+        Reading(served=72, refused=1, whole=True, bucket=61.92),
+    )
+    assert first.why == "narrow step" and first.est == pytest.approx(0.98 * 72)
+    assert first.reliable and first.prior.narrowed
+    again = decide(
+        _moment(pace=69.15, ran_s=2.0, prior=first.prior),
+        Reading(served=69, refused=1, whole=True, bucket=58.9),
+    )
+    assert again.why == "narrowed again" and again.est == again.ceiling == 58.9
+    assert not again.reliable and not again.verify and not again.prior.narrowed
+    # The floor where the bucket reads lower; a long run still reads where it refused.
+    assert decide(
+        _moment(pace=69.15, ran_s=2.0, prior=first.prior),
+        Reading(served=69, refused=1, whole=True, bucket=50.0),
+    ).est == pytest.approx(0.85 * 69.15)
+    assert (
+        decide(
+            _moment(pace=69.15, ran_s=12.0, prior=first.prior),
+            Reading(served=69, refused=1, whole=True, bucket=58.9),
+        ).why
+        == "long run"
+    )
+
+
 def test_the_same_bucket_reading_twice_is_a_buckets_rate() -> None:
     d = decide(
         _moment(pace=64.5, ran_s=5.0, slope=2.0, prior=Prior(bucket=60.2)),
