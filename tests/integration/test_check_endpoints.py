@@ -127,7 +127,7 @@ def test_a_scarce_authenticated_check_endpoint_is_paced_apart_from_the_catalog(
     total, wrong = off_truth(sim.url)
     assert total == DRIVERS and wrong == [], f"{len(wrong)} differ from truth: {wrong[:5]}"
 
-    # The catalog: its token accepted every time, at most 1% 429s.
+    # The catalog: its token accepted every time, few 429s (bounded below).
     stats = sim.state.stats.as_dict()
     catalog_calls = sum(sum(by.values()) for by in stats["requests"].values())
     catalog_401s = sum(by.get("401", 0) for by in stats["requests"].values())
