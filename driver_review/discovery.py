@@ -190,6 +190,7 @@ def decide(m: Moment, r: Reading) -> Decision:
         why: str,
         seeking: bool = False,
         verify: bool = False,
+        narrowed: bool = False,
     ) -> Decision:
         holding = verify and ceiling > est
         return Decision(
@@ -206,7 +207,7 @@ def decide(m: Moment, r: Reading) -> Decision:
                 holding,
                 reliable,
                 m.ran_s,
-                narrowed=why == "narrow step",
+                narrowed,
             ),
             holding,
             why,
@@ -296,8 +297,8 @@ def decide(m: Moment, r: Reading) -> Decision:
         # Refused soon after settling under a reading taken as the limit, all it was sent
         # served: that reading was a little high (a window that lets a little over its
         # limit through now and then). Step back a little, not to the floor.
-        narrowed = (1.0 - NARROW) * min(p, count)
-        return made(narrowed, narrowed, True, why="narrow step")
+        stepped = (1.0 - NARROW) * min(p, count)
+        return made(stepped, stepped, True, narrowed=True, why="narrow step")
     if last.holding and bucket:
         # Refused at the count held to verify it (or on the way): no window at it. Its
         # bucket reading is a guess still (a run long enough to read it well is caught
