@@ -23,7 +23,8 @@ import struct
 import tempfile
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ MAX_LATE_S = 0.1
 LATE_SEND_S = 0.004
 
 #: Where an endpoint keeps strict spacing, two requests to it from this machine leave at
-#: least this share of the pace's spacing apart (:class:`SendSpacing`). Permits are spaced
+#: least this share of the pace's spacing apart (:class:`NodeEndpoint`). Permits are spaced
 #: at the pace, but each process wakes for its own a little late, by how busy its event
 #: loop and the machine are: at 57/s through nginx without ``burst`` (60/s, so 17 ms
 #: apart), one asyncio process sending on schedule drew 4.9% 429s, its gaps 16.4 ms at the
@@ -101,17 +102,26 @@ def on_time(
     return trace
 
 
-class SendSpacing:
-    """When any process on this machine last sent a request to one endpoint key, shared
-    through a small file (a memory-mapped monotonic reading under a ``flock``), so that
-    sends from every worker here keep a gap between them, whoever's permit they spend.
+class NodeEndpoint:
+    """One endpoint key as every process on this machine sees it, shared through a small
+    file (memory-mapped monotonic readings under a ``flock``): when a request last left
+    for it, and until when it asked every caller to wait.
 
-    Permits are spaced by the governor, but the processes spending them wake a little late,
-    each by its own event loop's lag: two permits 17 ms apart in two processes can leave
-    2 ms apart, a pair nginx ``limit_req`` without ``burst`` refuses. ``wait`` holds a send
-    until the gap since the last has passed, and records it. Senders on other machines
-    are not seen (their own network adds jitter anyway). Where the file cannot be used
-    (another user's, no ``fcntl``), sends of this process alone are spaced, said once.
+    **Spacing.** Permits are spaced by the governor, but the processes spending them wake a
+    little late, each by its own event loop's lag: two permits 17 ms apart in two
+    processes can leave 2 ms apart, a pair nginx ``limit_req`` without ``burst`` refuses.
+    :meth:`space` holds a send until the gap since the last has passed, and records it.
+
+    **Pauses.** A 429 (or 503) with ``Retry-After`` reaches the governor a round trip
+    after the process it came to, and the other processes hear of the pause only when
+    they lease again, spending what they hold until then: at a slow start's pace of
+    640/s, a lease horizon of permits is some 150 requests, each sure to be refused.
+    :meth:`pause` tells every process here at once; :meth:`paused_for_s` is what a
+    :class:`PermitBucket` reads before it lets a caller send.
+
+    Senders on other machines are not seen (their own network adds jitter anyway, and they
+    hear of a pause from the governor). Where the file cannot be used (another user's, no
+    ``fcntl``), this process alone is spaced and paused, said once.
     """
 
     def __init__(
@@ -129,10 +139,11 @@ class SendSpacing:
         self._fd: int | None = None
         self._map: mmap.mmap | None = None
         self._shared: bool | None = None  # None until first used
-        self._last = -float("inf")  # this process's, when the file cannot be used
-        self.held = 0  # sends held
+        # This process's fields, when the file cannot be used: no send yet, no pause.
+        self._own = [-float("inf"), 0.0, 0.0]
+        self.held = 0  # sends held for the spacing
 
-    async def wait(self, gap_s: float) -> None:
+    async def space(self, gap_s: float) -> None:
         """Return once ``gap_s`` has passed since the last send recorded here, recording
         this one."""
         held = False
@@ -143,44 +154,70 @@ class SendSpacing:
 
     def _claim(self, now: float, gap_s: float) -> float:
         """0 and this send recorded at ``now``, or how long until it may leave."""
+        with self._fields() as fields:
+            last = fields[_SENT]
+            if last > now + gap_s:
+                last = -float("inf")  # from before a reboot (a monotonic clock starts again)
+            if now < last + gap_s:
+                return last + gap_s - now
+            fields[_SENT] = now
+            return 0.0
+
+    def pause(self, pause_s: float) -> None:
+        """The endpoint asked to wait ``pause_s`` from now: every sender here waits (a
+        pause already running ends at the later of the two)."""
+        now = self._clock()
+        with self._fields() as fields:
+            if fields[_PAUSED_AT] <= now < fields[_PAUSED_UNTIL]:
+                fields[_PAUSED_UNTIL] = max(fields[_PAUSED_UNTIL], now + pause_s)
+            else:
+                fields[_PAUSED_AT], fields[_PAUSED_UNTIL] = now, now + pause_s
+
+    def paused_for_s(self) -> float:
+        """How much longer the endpoint asked every sender here to wait."""
+        now = self._clock()
+        with self._fields() as fields:
+            at, until = fields[_PAUSED_AT], fields[_PAUSED_UNTIL]
+        # A pause that began after now is from before a reboot.
+        return until - now if at <= now < until else 0.0
+
+    @contextmanager
+    def _fields(self) -> Iterator[list[float]]:
+        """The shared fields, locked; changes to them are written back."""
         if self._shared is None:
             self._shared = self._open()
         if not self._shared:
-            return self._take(now, gap_s, self._last)
+            yield self._own
+            return
         assert self._fd is not None and self._map is not None
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
-            (last,) = struct.unpack_from("d", self._map, 0)
-            return self._take(now, gap_s, last)
+            fields = list(_LAYOUT.unpack_from(self._map, 0))
+            read = list(fields)
+            yield fields
+            if fields != read:
+                _LAYOUT.pack_into(self._map, 0, *fields)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def _take(self, now: float, gap_s: float, last: float) -> float:
-        if last > now + gap_s:
-            last = -float("inf")  # from before a reboot (a monotonic clock starts again)
-        if now < last + gap_s:
-            return last + gap_s - now
-        self._last = now
-        if self._map is not None:
-            struct.pack_into("d", self._map, 0, now)
-        return 0.0
-
     def _open(self) -> bool:
         if fcntl is None:
-            log.warning("send spacing for this process only: no fcntl here")
+            log.warning("send spacing and pauses for this process only: no fcntl here")
             return False
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
-            log.warning("send spacing for this process only: %s", exc)
+            log.warning("send spacing and pauses for this process only: %s", exc)
             return False
         try:
-            if os.fstat(fd).st_size < 8:
-                os.ftruncate(fd, 8)  # zeros: a send at monotonic 0.0, long ago
-            self._map = mmap.mmap(fd, 8)
+            if os.fstat(fd).st_size < _LAYOUT.size:
+                # Zeros: a send at monotonic 0.0, long ago, and no pause (a file of an
+                # earlier version holds the last send alone).
+                os.ftruncate(fd, _LAYOUT.size)
+            self._map = mmap.mmap(fd, _LAYOUT.size)
         except OSError as exc:
             os.close(fd)
-            log.warning("send spacing for this process only: %s", exc)
+            log.warning("send spacing and pauses for this process only: %s", exc)
             return False
         self._fd = fd
         return True
@@ -193,6 +230,13 @@ class SendSpacing:
             os.close(self._fd)
             self._fd = None
         self._shared = None
+
+
+#: :class:`NodeEndpoint`'s file: monotonic readings of the last send, and of when the last
+#: pause began and when it ends.
+_FIELDS = ("sent", "paused_at", "paused_until")
+_SENT, _PAUSED_AT, _PAUSED_UNTIL = range(len(_FIELDS))
+_LAYOUT = struct.Struct(f"{len(_FIELDS)}d")
 
 
 class PermitBucket:
@@ -208,9 +252,13 @@ class PermitBucket:
         sleep: Sleep = asyncio.sleep,
         max_late_s: float = MAX_LATE_S,
         clock_name: str | None = None,
+        paused_for_s: Callable[[], float] | None = None,
     ) -> None:
         """``clock_name``: what ``clock`` is, as grants name theirs (``Grant.clock``);
-        a grant made on the same clock is scheduled from when it was made."""
+        a grant made on the same clock is scheduled from when it was made.
+        ``paused_for_s``: how much longer the endpoint asked to wait, as heard on this
+        machine before the governor says so (:meth:`NodeEndpoint.paused_for_s`): a permit
+        falling due within it is dropped with the rest, and its caller waits it out."""
         if batch < 1:
             raise ValueError(f"batch must be >= 1, got {batch}")
         self._lease = lease
@@ -220,6 +268,7 @@ class PermitBucket:
         self._sleep = sleep
         self._max_late_s = max_late_s
         self._clock_name = clock_name
+        self._paused_for_s = paused_for_s
         self._times: deque[float] = deque()  # local monotonic times of held permits
         self._grant: Grant | None = None
         #: As the last grant said: a request late for its permit waits for a fresh one.
@@ -227,7 +276,14 @@ class PermitBucket:
         self._rate = 0.0  # of the last grant
         self._generation = 0  # bumped when held permits are dropped
         self._lock = asyncio.Lock()  # one lease in flight at a time
-        self._n = {"acquired": 0, "leases": 0, "dropped": 0, "late": 0, "empty_grants": 0}
+        self._n = {
+            "acquired": 0,
+            "leases": 0,
+            "dropped": 0,
+            "late": 0,
+            "empty_grants": 0,
+            "paused": 0,  # permits that fell due in a pause heard on this machine
+        }
 
     async def acquire(self) -> None:
         """Wait until this caller may send one request."""
@@ -241,6 +297,14 @@ class PermitBucket:
                 await self._sleep(delay_s)
             if generation != self._generation:
                 continue  # the permit was voided while we slept on it: take a fresh one
+            if self._paused_for_s is not None and (pause_s := self._paused_for_s()) > 0:
+                # Another process here was told to wait: so is this one, before the
+                # governor's answer to it voids these permits (a lease after the pause
+                # brings fresh ones).
+                self._n["paused"] += 1
+                self.drop()
+                await self._sleep(pause_s)
+                continue
             if not woke_late and self._clock() - at > self._max_late_s:
                 # Woke this late (a stalled event loop, a busy machine): every caller that
                 # slept through the stall would send at once, a burst the server never
@@ -328,7 +392,7 @@ class LocalLimiter:
     ) -> None:
         self.governor = governor
         self._clock = clock
-        self._spacing = SendSpacing(governor.key, clock=clock, sleep=sleep)
+        self._node = NodeEndpoint(governor.key, clock=clock, sleep=sleep)
         self._bucket = PermitBucket(
             self._lease,
             batch=batch or governor.config.lease_size,
@@ -352,7 +416,7 @@ class LocalLimiter:
 
     async def space(self) -> None:
         if gap_s := self._bucket.send_gap_s:
-            await self._spacing.wait(gap_s)
+            await self._node.space(gap_s)
 
     def paused_for_s(self) -> float:
         """How much longer the governor holds every permit (a Retry-After, a quota)."""
@@ -365,11 +429,11 @@ class LocalLimiter:
 
     async def aclose(self) -> None:
         await self._bucket.aclose()
-        self._spacing.close()
+        self._node.close()
 
     def stats(self) -> dict[str, Any]:
         return {
             **self.governor.stats(self._clock()),
             "bucket": self._bucket.stats(),
-            "spacing_held": self._spacing.held,
+            "spacing_held": self._node.held,
         }

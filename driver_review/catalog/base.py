@@ -63,7 +63,7 @@ class Limiter(Protocol):
     async def space(self) -> None:
         """Called as a request's headers are about to leave, where ``strict_spacing``:
         wait until the endpoint's spacing has passed since the last request sent to it
-        from this machine (see :class:`~driver_review.limiter.SendSpacing`)."""
+        from this machine (see :class:`~driver_review.limiter.NodeEndpoint`)."""
         ...
 
 

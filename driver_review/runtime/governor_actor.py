@@ -24,7 +24,7 @@ import httpx
 
 from driver_review.config import GovernorConfig
 from driver_review.governor import Grant, RateGovernor
-from driver_review.limiter import PermitBucket, SendSpacing
+from driver_review.limiter import NodeEndpoint, PermitBucket
 from driver_review.retry import parse_retry_after
 from driver_review.runtime import metrics
 from driver_review.runtime.handles import GovernorClient
@@ -187,10 +187,14 @@ class RemoteLimiter:
     def __init__(self, governor: GovernorClient, key: str, *, batch: int) -> None:
         self.governor = governor
         self.key = key
+        self._node = NodeEndpoint(key)
         self._bucket = PermitBucket(
-            self._lease, batch=batch, give_back=self._give_back, clock_name=node_clock()
+            self._lease,
+            batch=batch,
+            give_back=self._give_back,
+            clock_name=node_clock(),
+            paused_for_s=self._node.paused_for_s,
         )
-        self._spacing = SendSpacing(key)
         # When the requests of answers other than 429 were sent, unreported.
         self._successes: list[float] = []
         self.waiting = 0
@@ -218,8 +222,9 @@ class RemoteLimiter:
         return ages
 
     def paused_for_s(self) -> float:
-        """How much longer the endpoint is paused, as this process last heard."""
-        return max(0.0, self._paused_until - time.monotonic())
+        """How much longer the endpoint is paused, as this process last heard or any
+        process on this machine was told."""
+        return max(0.0, self._paused_until - time.monotonic(), self._node.paused_for_s())
 
     async def _give_back(self, grant: Grant, unused: int) -> None:
         await self.governor.give_back(self.key, grant, unused)
@@ -237,7 +242,7 @@ class RemoteLimiter:
 
     async def space(self) -> None:
         if gap_s := self._bucket.send_gap_s:
-            await self._spacing.wait(gap_s)
+            await self._node.space(gap_s)
 
     def observe(self, status: int, headers: Mapping[str, str], *, elapsed_s: float = 0.0) -> None:
         pause_s = None
@@ -257,10 +262,12 @@ class RemoteLimiter:
                 )
             return
         if pause_s is not None:
-            # Known here at once, before the governor's answer: demand stops for it.
+            # Known here at once, before the governor's answer: demand stops for it, in
+            # every process on this machine (the others would spend what they hold until
+            # their next lease), and the permits held here are not spent.
             self._paused_until = max(self._paused_until, time.monotonic() + pause_s)
-        if pause_s is not None:
-            self._bucket.drop()  # a pause is coming: don't spend these
+            self._node.pause(pause_s)
+            self._bucket.drop()
         self._send(
             self.governor.observe(self.key, status, dict(headers), self._ages(), elapsed_s),
             epoch=True,
@@ -308,7 +315,7 @@ class RemoteLimiter:
             self._report_timer.cancel()
         self._report(closing=True)
         await self._bucket.aclose()
-        self._spacing.close()
+        self._node.close()
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
 
@@ -318,5 +325,5 @@ class RemoteLimiter:
             "rate": self.rate,
             "paused_for_s": self.paused_for_s(),
             **self._bucket.stats(),
-            "spacing_held": self._spacing.held,
+            "spacing_held": self._node.held,
         }

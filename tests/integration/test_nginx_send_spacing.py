@@ -1,6 +1,6 @@
 """Two processes sending to nginx ``limit_req`` without ``burst`` through the production
 trace hook (:func:`~driver_review.limiter.on_time`) keep a gap between all their requests
-(:class:`~driver_review.limiter.SendSpacing`), whichever process sends: side by side
+(:class:`~driver_review.limiter.NodeEndpoint`), whichever process sends: side by side
 with the same two processes unspaced, whose requests land in pairs that nginx refuses."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from driver_review.limiter import SEND_GAP, SendSpacing, on_time
+from driver_review.limiter import SEND_GAP, NodeEndpoint, on_time
 from driver_review.sim import SimSettings
 from jobs.bench.limiters import NginxLimiter, missing_binary
 
@@ -25,13 +25,13 @@ N = 30  # requests per process
 def _send(
     url: str, offset: float, spaced: bool, directory: str, ready: Any, out: multiprocessing.Queue
 ) -> None:
-    spacing = SendSpacing(url, directory=directory)
+    spacing = NodeEndpoint(url, directory=directory)
 
     async def nothing() -> None:
         return None
 
     async def space() -> None:
-        await spacing.wait(SEND_GAP / PACE)
+        await spacing.space(SEND_GAP / PACE)
 
     async def run() -> list[int]:
         async with httpx.AsyncClient(base_url=url, timeout=10.0) as client:

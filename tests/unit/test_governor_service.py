@@ -5,7 +5,9 @@ idle process's reach it on their own; a send that fails is logged once."""
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -188,3 +190,32 @@ def test_a_429_drops_held_permits_only_where_the_governor_voids_them() -> None:
     assert asyncio.run(held_after({}, warm=False)) == (7, 0)
     # A Retry-After: dropped before any answer.
     assert asyncio.run(held_after({"Retry-After": "1"}, warm=True)) == (0, 0)
+
+
+def test_a_retry_after_one_process_was_told_holds_the_others_here_before_the_governor_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes hold permits at 100/s; a 429 with Retry-After comes to one. The other
+    hears of the pause from the governor only when it leases again, up to a lease horizon
+    of permits later, each sure to be refused: it sends next only after the pause."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the machine's shared files
+
+    async def run() -> tuple[float, float, int]:
+        service = GovernorService(GovernorConfig(initial_rate=100.0), instance="t")
+        told = RemoteLimiter(service, KEY, batch=8)  # type: ignore[arg-type]
+        other = RemoteLimiter(service, KEY, batch=8)  # type: ignore[arg-type]
+        await told.acquire()
+        await other.acquire()  # holds the rest of its lease
+        told.observe(429, {"Retry-After": "1"})
+        paused = other.paused_for_s()
+        began = time.monotonic()
+        await other.acquire()
+        waited = time.monotonic() - began
+        stats = other.stats()
+        for limiter in (told, other):
+            await limiter.aclose()
+        return paused, waited, stats["paused"]
+
+    paused, waited, held_by_pause = asyncio.run(run())
+    assert 0.9 < paused <= 1.0
+    assert waited >= 0.9 and held_by_pause == 1
