@@ -115,7 +115,7 @@ class NodeEndpoint:
     **Pauses.** A 429 (or 503) with ``Retry-After`` reaches the governor a round trip
     after the process it came to, and the other processes hear of the pause only when
     they lease again, spending what they hold until then: at a slow start's pace of
-    640/s, a lease horizon of permits is some 150 requests, each sure to be refused.
+    640/s, a lease horizon of permits is 160 requests, each sure to be refused.
     :meth:`pause` tells every process here at once; :meth:`paused_for_s` is what a
     :class:`PermitBucket` reads before it lets a caller send.
 
@@ -282,7 +282,7 @@ class PermitBucket:
             "dropped": 0,
             "late": 0,
             "empty_grants": 0,
-            "paused": 0,  # permits that fell due in a pause heard on this machine
+            "paused": 0,  # callers held by a pause heard on this machine
         }
 
     async def acquire(self) -> None:
