@@ -164,11 +164,14 @@ def test_answers_are_placed_when_their_requests_were_sent() -> None:
     assert 0.002 <= age_s < 0.1
 
 
-def test_a_429_drops_held_permits_only_where_the_governor_voids_them() -> None:
+def test_a_429_drops_held_permits_only_where_the_governor_voids_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The governor keeps the permits out after a small step back (voiding them would bunch
     other processes' with the new schedule), so a process that saw the 429 keeps its own
     too; it drops them when the governor's answer says they were voided, and at once where
     a Retry-After says a pause is coming."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its pause is this test's own
 
     async def held_after(status_headers: dict[str, str], *, warm: bool) -> tuple[int, int]:
         service = GovernorService(GovernorConfig(initial_rate=100.0), instance="t")
