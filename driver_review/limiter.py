@@ -176,26 +176,27 @@ class NodeEndpoint:
     def paused_for_s(self) -> float:
         """How much longer the endpoint asked every sender here to wait."""
         now = self._clock()
-        with self._fields() as fields:
+        with self._fields(write=False) as fields:
             at, until = fields[_PAUSED_AT], fields[_PAUSED_UNTIL]
         # A pause that began after now is from before a reboot.
         return until - now if at <= now < until else 0.0
 
     @contextmanager
-    def _fields(self) -> Iterator[list[float]]:
-        """The shared fields, locked; changes to them are written back."""
+    def _fields(self, *, write: bool = True) -> Iterator[list[float]]:
+        """The shared fields, locked; changes to them are written back. Readers
+        (``write=False``) share the lock; their changes are not written."""
         if self._shared is None:
             self._shared = self._open()
         if not self._shared:
             yield self._own
             return
         assert self._fd is not None and self._map is not None
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        fcntl.flock(self._fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
         try:
             fields = list(_LAYOUT.unpack_from(self._map, 0))
             read = list(fields)
             yield fields
-            if fields != read:
+            if write and fields != read:
                 _LAYOUT.pack_into(self._map, 0, *fields)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -234,9 +235,8 @@ class NodeEndpoint:
 
 #: :class:`NodeEndpoint`'s file: monotonic readings of the last send, and of when the last
 #: pause began and when it ends.
-_FIELDS = ("sent", "paused_at", "paused_until")
-_SENT, _PAUSED_AT, _PAUSED_UNTIL = range(len(_FIELDS))
-_LAYOUT = struct.Struct(f"{len(_FIELDS)}d")
+_LAYOUT = struct.Struct("3d")
+_SENT, _PAUSED_AT, _PAUSED_UNTIL = 0, 1, 2
 
 
 class PermitBucket:

@@ -6,9 +6,12 @@ holds every sender."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import itertools
 import multiprocessing
+import os
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -114,13 +117,21 @@ def test_without_a_usable_file_this_process_is_still_spaced_and_paused(tmp_path:
 
 
 def _send(directory: str, n: int, gap_s: float, out: multiprocessing.Queue) -> None:
-    spacing = NodeEndpoint("http://vendor:80", directory=directory)
+    # Each send's moment is the clock reading it was recorded at, under the lock: a reading
+    # taken after ``space`` returns would add this process's own scheduling delay.
+    last = [0.0]
+
+    def clock() -> float:
+        last[0] = time.monotonic()
+        return last[0]
+
+    spacing = NodeEndpoint("http://vendor:80", directory=directory, clock=clock)
     sent = []
 
     async def run() -> None:
         for _ in range(n):
             await spacing.space(gap_s)
-            sent.append(time.monotonic())
+            sent.append(last[0])
 
     asyncio.run(run())
     spacing.close()
@@ -235,3 +246,23 @@ def test_headers_wait_for_the_spacing_on_a_kept_connection_too() -> None:
 
     asyncio.run(run())
     assert spaced == ["space"]
+
+
+def test_a_pause_is_read_while_another_process_reads_it(tmp_path: Path) -> None:
+    """Every permit reads the pause: readers share the file's lock, so one reading (or
+    stalled mid-read) does not hold the rest."""
+    endpoint = NodeEndpoint("k", directory=str(tmp_path))
+    endpoint.pause(30.0)
+    other = os.open(endpoint.path, os.O_RDONLY)  # another reader, holding its shared lock
+    fcntl.flock(other, fcntl.LOCK_SH)
+    read: list[float] = []
+    reader = threading.Thread(target=lambda: read.append(endpoint.paused_for_s()), daemon=True)
+    try:
+        reader.start()
+        reader.join(timeout=5.0)
+        assert read and 29.0 < read[0] <= 30.0, "the read waited for another reader"
+    finally:
+        fcntl.flock(other, fcntl.LOCK_UN)
+        os.close(other)
+        reader.join(timeout=5.0)
+        endpoint.close()
