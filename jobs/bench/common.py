@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import sys
 import time
 from collections import Counter
@@ -105,12 +104,6 @@ class Context:
 def say(text: str) -> None:
     """Progress, on stderr: stdout is left to the final summary."""
     print(f"bench: {text}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pipeline_config(url: str, **sections: dict) -> PipelineConfig:

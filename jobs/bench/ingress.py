@@ -29,7 +29,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from ray import serve
 
-from jobs.bench.common import free_port, ratio, say, target
+from driver_review.sim.ports import free_port
+from jobs.bench.common import ratio, say, target
 from jobs.bench.ingress_load import WEBHOOK_PATH, Loader, plain_server
 from serve_app.app import IngressArgs
 from serve_app.proxies import HAPROXY_FLAG, THROUGHPUT_FLAG, haproxy_binary, replica_env

@@ -30,8 +30,8 @@ import httpx
 import numpy as np
 
 from driver_review.catalog.models import PingData, WebhookPing
+from driver_review.sim.ports import free_port
 from driver_review.webhooks import signed_headers
-from jobs.bench.common import free_port
 from jobs.bench.wrk_load import WrkLoad, run_wrk, wrk_binary, wrk_version
 
 WEBHOOK_PATH = "/webhooks/drivers"

@@ -28,6 +28,7 @@ from types import TracebackType
 from urllib.parse import urlsplit
 
 from driver_review.errors import DriverReviewError
+from driver_review.sim.ports import free_port
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
@@ -35,12 +36,6 @@ STOP_TIMEOUT_S = 10.0
 
 class LimiterError(DriverReviewError):
     """A real limiter could not be started (missing binary, bad config, no port)."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _upstream(url: str) -> str:
@@ -80,7 +75,7 @@ class _Proxy:
         if exe is None:
             raise LimiterError(f"{self.kind}: binary {self.binary!r} not found on PATH")
         self.dir = Path(tempfile.mkdtemp(prefix=f"driver-review-{self.binary}-"))
-        self.port = _free_port()
+        self.port = free_port()
         argv = [exe, *self._config(self.dir)]
         out = open(self.dir / "stdout.log", "wb")  # noqa: SIM115 - the child keeps it
         self._proc = subprocess.Popen(

@@ -31,8 +31,9 @@ import httpx
 
 from driver_review.results import read_results
 from driver_review.sim import SimServer, SimSettings
+from driver_review.sim.ports import free_port
 from jobs.bench import ingress as ingress_scenario
-from jobs.bench.common import SEED, Context, free_port, pipeline_config, ratio, say, target
+from jobs.bench.common import SEED, Context, pipeline_config, ratio, say, target
 from jobs.bench.latency import latency_figures
 from serve_app.proxies import serve_running
 from serve_app.service import SECRET_ENV, start_service, stop_service

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from driver_review.sim import SimServer, SimSettings
+from driver_review.sim.ports import free_port
 from driver_review.sweep import Progress, SweepOptions, run_sweep
 from jobs.bench.common import (
     SEED,
@@ -22,7 +23,6 @@ from jobs.bench.common import (
     CallLog,
     Context,
     call_counts,
-    free_port,
     pipeline_config,
     ratio,
     say,
