@@ -55,6 +55,7 @@ from driver_review.catalog.models import (
     DriverSummary,
     Page,
 )
+from driver_review.catalog.transport import AiohttpTransport
 from driver_review.config import CatalogConfig
 from driver_review.errors import (
     BadRequest,
@@ -134,12 +135,8 @@ class HttpCatalog:
             # A query in the catalog URL (an API token, say) goes with every request: left
             # in the base URL, httpx would append the paths to it.
             params=httpx.QueryParams(tuple(query)),
-            transport=transport,
+            transport=transport or AiohttpTransport(max_connections=config.max_connections),
             timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
-            limits=httpx.Limits(
-                max_connections=config.max_connections,
-                max_keepalive_connections=config.max_connections,
-            ),
             headers={"user-agent": "driver-review", "accept": "application/json"},
         )
         self._calls: dict[str, Counter[str]] = {}

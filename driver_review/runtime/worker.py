@@ -21,6 +21,7 @@ import httpx
 import ray
 
 from driver_review.catalog.models import DriverRecord
+from driver_review.catalog.transport import AiohttpTransport
 from driver_review.checks import build_stage_checks, context_factory
 from driver_review.checks.http_check import HttpCheck
 from driver_review.config import PipelineConfig
@@ -134,7 +135,9 @@ class StageWorker:
     def _check_client(self) -> httpx.AsyncClient | None:
         """One client for the stage's http checks: connections are reused across drivers."""
         if self._http is None and any(isinstance(c.run, HttpCheck) for c in self.checks):
-            self._http = httpx.AsyncClient(headers={"user-agent": "driver-review"})
+            self._http = httpx.AsyncClient(
+                headers={"user-agent": "driver-review"}, transport=AiohttpTransport()
+            )
         return self._http
 
     def _limiters_by_check(self) -> dict[str, RemoteLimiter]:
