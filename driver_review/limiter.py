@@ -69,9 +69,11 @@ def on_time(
     *,
     clock: Clock = time.monotonic,
 ) -> Trace:
-    """An httpcore ``trace`` extension for a request whose permit was just taken: if the
-    request has to open a connection first, and that makes it later than ``LATE_SEND_S``,
-    its headers wait for a fresh permit; then they wait for ``space`` (the limiter's
+    """A ``trace`` extension (httpcore's event names, which
+    :class:`~driver_review.catalog.transport.AiohttpTransport` sends too) for a request
+    whose permit was just taken: if the request has to open a connection first, and that
+    makes it later than ``LATE_SEND_S``, its headers wait for a fresh permit; then they
+    wait for ``space`` (the limiter's
     :meth:`~driver_review.catalog.base.Limiter.space`: the endpoint's spacing since the
     last request sent to it from this machine).
 
