@@ -57,9 +57,13 @@ def _stage_rate(data_dir: str, stage: str) -> tuple[int, float]:
 @pytest.mark.timeout(420)
 def test_a_slow_stage_does_not_slow_the_others(sim_factory, tmp_path) -> None:
     """The same sweep twice, side by side: all stages fast, then compatibility made slow
-    (a 2 s check on each driver, 8 at a time). Intake's completion rate must hold."""
-    sim_fast = sim_factory(SimSettings(drivers=120, seed=11))
-    sim_slow = sim_factory(SimSettings(drivers=120, seed=11))
+    (a 0.5 s check on each driver, 8 at a time). Intake's completion rate must hold.
+
+    400 drivers: intake's rate is read from its first decision to its last, and at 120 a
+    span of one to three seconds read 43 to 95/s in runs of the same code, start-up
+    hiccups weighing as much as the stage's pace."""
+    sim_fast = sim_factory(SimSettings(drivers=400, seed=11))
+    sim_slow = sim_factory(SimSettings(drivers=400, seed=11))
     fixed = {
         s: {"min_workers": 1, "max_workers": 1, "max_in_flight": 8}
         for s in ("intake", "security", "compatibility")
@@ -70,7 +74,7 @@ def test_a_slow_stage_does_not_slow_the_others(sim_factory, tmp_path) -> None:
         SweepOptions(data_dir=fast_dir, timeout_s=300, autoscale=False),
     )
     slow = run_sweep(
-        _config(sim_slow.url, slow_stage="compatibility", delay_s=2.0, pools=fixed),
+        _config(sim_slow.url, slow_stage="compatibility", delay_s=0.5, pools=fixed),
         SweepOptions(data_dir=slow_dir, timeout_s=300, autoscale=False),
     )
     assert not fast["timed_out"] and not slow["timed_out"]
@@ -82,7 +86,7 @@ def test_a_slow_stage_does_not_slow_the_others(sim_factory, tmp_path) -> None:
         f"intake: {intake_fast:.1f}/s alone, {intake_slow:.1f}/s beside a slow stage; "
         f"compatibility: {compat_fast:.1f}/s vs {compat_slow:.1f}/s"
     )
-    assert n_fast == n_slow > 80
+    assert n_fast == n_slow > 250
     assert compat_slow < compat_fast / 2, "the slow stage was not actually slow"
     # Noise on a shared 2-core machine is large; a stalled intake would be far below this.
     assert intake_slow >= 0.6 * intake_fast
